@@ -1,0 +1,590 @@
+"""Tensor: an array (NumPy or CuPy) plus what autograd needs.  Methods are one-line bindings to ops."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from gpugrad.autograd.grad_mode import STATE
+from gpugrad.backend import backend_of, get_backend
+from gpugrad import ops as _ops
+from gpugrad.ops.activation import BiasAct, Dropout, Gelu, Relu, Sigmoid, Tanh
+from gpugrad.ops.arith import Abs, Add, Clamp, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, Sqrt, Sub, Where
+from gpugrad.ops.matmul import Matmul
+from gpugrad.ops.movement import Cat, Expand, Gather, Index, Permute, Reshape, Squeeze, Stack, Unsqueeze
+from gpugrad.ops.reduce import Max, Mean, Min, Sum, Var
+from gpugrad.ops.softmax import LogSoftmax, LogSumExp, Softmax
+
+
+def _make(data, backend, requires_grad=False):
+    """Internal constructor: no checks, no copies (the hot path of every op)."""
+    t = object.__new__(Tensor)
+    t._data = data
+    t._backend = backend
+    t._requires_grad = requires_grad
+    t._grad = None
+    t._grad_fn = None
+    t._accumulator = None
+    t._version_counter = [0]
+    t._base = None
+    t._inference = STATE.inference
+    return t
+
+
+class Tensor:
+    """An n-dimensional array on a device that can record the ops applied to it.
+
+    >>> x = gpugrad.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> (x * x).sum().backward()
+    >>> x.grad
+    tensor([2., 4., 6.])
+    """
+
+    __slots__ = ("_data", "_backend", "_requires_grad", "_grad", "_grad_fn", "_accumulator", "_version_counter",
+                 "_base", "_inference", "__weakref__")
+    __array_ufunc__ = None  # numpy defers `ndarray + tensor` to Tensor.__radd__
+    __hash__ = object.__hash__  # == is elementwise; identity hashing keeps tensors usable as dict keys
+
+    def __init__(self, data, requires_grad=False, dtype=None, device=None):
+        from gpugrad.creation import _to_array
+
+        array, be = _to_array(data, dtype, device)
+        self._data, self._backend = array, be
+        self._requires_grad = False
+        self._grad = self._grad_fn = self._accumulator = self._base = None
+        self._version_counter = [0]
+        self._inference = STATE.inference
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @staticmethod
+    def _wrap(array, node=None, backend=None):
+        """A gradient array as a Tensor (no graph)."""
+        return _make(array, backend or backend_of(array))
+
+    # -- data and metadata --------------------------------------------------------------------------------------
+    @property
+    def data(self):
+        """The underlying NumPy or CuPy array (shares memory; changes through it bypass autograd)."""
+        return self._data
+
+    @data.setter
+    def data(self, array):
+        be = backend_of(array)
+        self._data, self._backend = array, be
+
+    @property
+    def shape(self):
+        return self._data.shape
+
+    def size(self, axis=None):
+        return self._data.shape if axis is None else self._data.shape[axis]
+
+    @property
+    def ndim(self):
+        return self._data.ndim
+
+    def dim(self):
+        return self._data.ndim
+
+    @property
+    def dtype(self):
+        return self._data.dtype
+
+    @property
+    def device(self):
+        return self._backend.device
+
+    @property
+    def is_cuda(self):
+        return self._backend.name == "cuda"
+
+    def numel(self):
+        return int(self._data.size)
+
+    def __len__(self):
+        if not self._data.ndim:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    @property
+    def _version(self):
+        return self._version_counter[0]
+
+    # -- autograd state -----------------------------------------------------------------------------------------
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        if self._grad_fn is not None:
+            if not requires_grad:
+                raise RuntimeError("requires_grad can only be turned off on a leaf; use .detach() for a "
+                                   "non-leaf tensor")
+            return self
+        if requires_grad and self.dtype.kind != "f":
+            raise TypeError(f"only floating-point tensors can require gradients, got {self.dtype}; "
+                            "convert with .float() first")
+        if requires_grad and self._inference:
+            raise RuntimeError("an inference tensor (made under inference_mode) cannot require grad; "
+                               "make a copy with .clone() outside inference_mode")
+        self._requires_grad = bool(requires_grad)
+        return self
+
+    @property
+    def grad_fn(self):
+        return self._grad_fn
+
+    @property
+    def is_leaf(self):
+        return self._grad_fn is None
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad must be a Tensor or None, got {type(value).__name__}")
+            if value.shape != self.shape or value.dtype != self.dtype or value.device != self.device:
+                raise RuntimeError(f"assigned grad has shape {value.shape}, dtype {value.dtype}, device "
+                                   f"{value.device}; the tensor has {self.shape}, {self.dtype}, {self.device}")
+        self._grad = value
+
+    def retain_grad(self):
+        """Keep .grad on a non-leaf after backward (leaves always keep theirs)."""
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on a tensor that does not require grad")
+        if self._grad_fn is not None:
+            import weakref
+
+            self._grad_fn._retain = weakref.ref(self)
+
+    def register_hook(self, hook):
+        """``hook(grad) -> Tensor or None`` runs when this tensor's gradient is computed; may replace it."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that does not require grad")
+        from gpugrad.autograd.function import AccumulateGrad
+
+        node = self._grad_fn or AccumulateGrad.of(self)
+        if self._grad_fn is None:
+            # A leaf normally holds its accumulator weakly (graphs keep it alive); its hooks must outlive graphs.
+            self._accumulator = lambda: node
+        return node.register_prehook(hook)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (``gradient`` = upstream, for non-scalars)."""
+        from gpugrad.autograd import backward
+
+        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
+
+    def detach(self):
+        """Same data (shared), no graph."""
+        t = _make(self._data, self._backend)
+        t._version_counter = self._version_counter
+        t._base = self
+        return t
+
+    def detach_(self):
+        if self._base is not None and self._base._requires_grad:
+            raise RuntimeError("detach_() on a view of a tensor that requires grad is not allowed; use detach()")
+        self._grad_fn = None
+        self._requires_grad = False
+        return self
+
+    def clone(self):
+        return Copy.apply(self)
+
+    # -- conversion ---------------------------------------------------------------------------------------------
+    def numpy(self):
+        if self._requires_grad:
+            raise RuntimeError("can't call numpy() on a tensor that requires grad; use .detach().numpy()")
+        return self._backend.to_host(self._data)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._backend.to_host(self._data)
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self):
+        if self._data.size != 1:
+            raise ValueError(f"item(): only one-element tensors can be converted to a Python scalar, "
+                             f"got shape {self.shape}")
+        return self._data.reshape(()).item()
+
+    def tolist(self):
+        return self._backend.to_host(self._data).tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self._data.size != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self._data.size} elements is ambiguous")
+        return bool(self.item())
+
+    def __index__(self):
+        if self.dtype.kind not in "iu" or self._data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def to(self, device=None, dtype=None):
+        """Copy to another device and/or dtype (differentiable).  Returns self when nothing changes."""
+        if isinstance(device, (np.dtype, type)) and dtype is None:
+            device, dtype = None, device
+        out = self
+        if dtype is not None and np.dtype(dtype) != self.dtype:
+            out = Cast.apply(out, dtype=np.dtype(dtype))
+        if device is not None:
+            be = get_backend(device)
+            if be is not out._backend:
+                out = ToDevice.apply(out, source=out._backend, target=be)
+        return out
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else (f"cuda:{device}" if isinstance(device, int) else device))
+
+    def float(self):
+        return self.to(dtype=np.float32)
+
+    def double(self):
+        return self.to(dtype=np.float64)
+
+    def long(self):
+        return self.to(dtype=np.int64)
+
+    def type(self, dtype):
+        return self.to(dtype=dtype)
+
+    astype = type
+
+    def __repr__(self):
+        host = self._backend.to_host(self._data)
+        body = np.array2string(host, separator=", ", precision=4, prefix="tensor(",
+                               floatmode="maxprec_equal" if host.dtype.kind == "f" else "maxprec")
+        extras = []
+        if self.device.type != "cpu":
+            extras.append(f"device='{self.device}'")
+        if host.dtype not in (np.float32, np.int64, np.bool_):
+            extras.append(f"dtype={host.dtype}")
+        if self._grad_fn is not None:
+            extras.append(f"grad_fn=<{self._grad_fn.name()}>")
+        elif self._requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + ", ".join([body] + extras) + ")"
+
+    # -- helpers for the bindings below -------------------------------------------------------------------------
+    def _other(self, other):
+        """A Python/NumPy scalar stays a scalar (weakly typed, as in NumPy 2 and torch); arrays become tensors."""
+        if isinstance(other, Tensor):
+            return other
+        if isinstance(other, (numbers.Number, np.generic)):
+            return other
+        return Tensor(other, device=self.device)
+
+    # -- arithmetic -----------------------------------------------------------------------------------------------
+    def __add__(self, o): return Add.apply(self, self._other(o))
+    def __radd__(self, o): return Add.apply(self._other(o), self)
+    def __sub__(self, o): return Sub.apply(self, self._other(o))
+    def __rsub__(self, o): return Sub.apply(self._other(o), self)
+    def __mul__(self, o): return Mul.apply(self, self._other(o))
+    def __rmul__(self, o): return Mul.apply(self._other(o), self)
+    def __truediv__(self, o): return Div.apply(self, self._other(o))
+    def __rtruediv__(self, o): return Div.apply(self._other(o), self)
+    def __pow__(self, o): return Pow.apply(self, self._other(o))
+    def __rpow__(self, o): return Pow.apply(self._other(o), self)
+    def __neg__(self): return Neg.apply(self)
+    def __pos__(self): return self
+    def __matmul__(self, o): return Matmul.apply(self, self._other(o))
+    def __rmatmul__(self, o): return Matmul.apply(self._other(o), self)
+    def __abs__(self): return Abs.apply(self)
+
+    def add(self, o): return self + o
+    def sub(self, o): return self - o
+    def mul(self, o): return self * o
+    def div(self, o): return self / o
+    def pow(self, o): return self ** o
+    def neg(self): return Neg.apply(self)
+    def matmul(self, o): return self @ o
+    def mm(self, o): return self @ o
+    def dot(self, o): return self @ o
+    def exp(self): return Exp.apply(self)
+    def log(self): return Log.apply(self)
+    def sqrt(self): return Sqrt.apply(self)
+    def abs(self): return Abs.apply(self)
+    def tanh(self): return Tanh.apply(self)
+    def sigmoid(self): return Sigmoid.apply(self)
+    def relu(self): return Relu.apply(self)
+    def gelu(self): return Gelu.apply(self)
+    def square(self): return self * self
+    def maximum(self, o): return Maximum.apply(self, self._other(o))
+    def minimum(self, o): return Minimum.apply(self, self._other(o))
+
+    def clamp(self, min=None, max=None):
+        if min is None and max is None:
+            raise ValueError("clamp: at least one of min and max must be given")
+        return Clamp.apply(self, lo=min, hi=max)
+
+    clip = clamp
+
+    # -- comparisons: results carry no gradient ---------------------------------------------------------------------
+    def _compare(self, o, fn):
+        o = self._other(o)
+        od = o._data if isinstance(o, Tensor) else o
+        return _make(fn(self._data, od), self._backend)
+
+    def __eq__(self, o): return self._compare(o, lambda a, b: a == b)
+    def __ne__(self, o): return self._compare(o, lambda a, b: a != b)
+    def __lt__(self, o): return self._compare(o, lambda a, b: a < b)
+    def __le__(self, o): return self._compare(o, lambda a, b: a <= b)
+    def __gt__(self, o): return self._compare(o, lambda a, b: a > b)
+    def __ge__(self, o): return self._compare(o, lambda a, b: a >= b)
+    eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
+
+    def __invert__(self):
+        return _make(~self._data, self._backend)
+
+    def __and__(self, o): return self._compare(o, lambda a, b: a & b)
+    def __or__(self, o): return self._compare(o, lambda a, b: a | b)
+
+    def argmax(self, axis=None, keepdims=False):
+        return _make(self._backend.xp.argmax(self._data, axis=axis, keepdims=keepdims), self._backend)
+
+    def argmin(self, axis=None, keepdims=False):
+        return _make(self._backend.xp.argmin(self._data, axis=axis, keepdims=keepdims), self._backend)
+
+    # -- reductions -----------------------------------------------------------------------------------------------
+    def sum(self, axis=None, keepdims=False): return Sum.apply(self, axis=_axis(axis), keepdims=keepdims)
+    def mean(self, axis=None, keepdims=False): return Mean.apply(self, axis=_axis(axis), keepdims=keepdims)
+    def max(self, axis=None, keepdims=False): return Max.apply(self, axis=_axis(axis), keepdims=keepdims)
+    def min(self, axis=None, keepdims=False): return Min.apply(self, axis=_axis(axis), keepdims=keepdims)
+    amax, amin = max, min
+
+    def var(self, axis=None, keepdims=False, correction=1):
+        return Var.apply(self, axis=_axis(axis), keepdims=keepdims, correction=correction)
+
+    def std(self, axis=None, keepdims=False, correction=1):
+        return self.var(axis, keepdims, correction).sqrt()
+
+    def softmax(self, axis=-1): return Softmax.apply(self, axis=axis)
+    def log_softmax(self, axis=-1): return LogSoftmax.apply(self, axis=axis)
+    def logsumexp(self, axis=-1, keepdims=False): return LogSumExp.apply(self, axis=axis, keepdims=keepdims)
+
+    # -- movement -------------------------------------------------------------------------------------------------
+    def reshape(self, *shape):
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return _view(Reshape.apply(self, shape=shape), self)
+
+    view = reshape
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        nd = max(self.ndim, 1)
+        s, e = start_dim % nd, end_dim % nd
+        shape = self.shape[:s] + (-1,) + self.shape[e + 1:] if self.ndim else (1,)
+        return self.reshape(shape)
+
+    def permute(self, *axes):
+        axes = tuple(axes[0]) if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        return _view(Permute.apply(self, axes=axes), self)
+
+    def transpose(self, dim0=None, dim1=None):
+        if dim0 is None:
+            return self.permute(tuple(reversed(range(self.ndim))))
+        axes = list(range(self.ndim))
+        axes[dim0], axes[dim1] = axes[dim1], axes[dim0]
+        out = _view(Permute.apply(self, axes=tuple(axes)), self)
+        if out._grad_fn is not None:
+            out._grad_fn._name = "TransposeBackward0"
+        return out
+
+    @property
+    def T(self):
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    @property
+    def mT(self):
+        return self.transpose(-2, -1)
+
+    def t(self):
+        if self.ndim > 2:
+            raise ValueError(f"t() expects a tensor with <= 2 dimensions, got {self.ndim}; use transpose(d0, d1)")
+        out = self.T
+        if out._grad_fn is not None:
+            out._grad_fn._name = "TBackward0"
+        return out
+
+    def expand(self, *shape):
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return _view(Expand.apply(self, shape=shape), self)
+
+    def expand_as(self, other):
+        return self.expand(other.shape)
+
+    broadcast_to = expand
+
+    def squeeze(self, axis=None):
+        return _view(Squeeze.apply(self, axis=axis), self)
+
+    def unsqueeze(self, axis):
+        return _view(Unsqueeze.apply(self, axis=axis), self)
+
+    def __getitem__(self, key):
+        key = _index_key(key, self)
+        out = Index.apply(self, key=key)
+        return _view(out, self) if _basic_key(key) else out
+
+    def gather(self, axis, index):
+        """torch.gather: ``out[i][j] = self[index[i][j]][j]`` for axis 0, and so on."""
+        idx = _index_array(index, self, "gather")
+        return Gather.apply(self, index=idx, axis=axis)
+
+    def take_along_axis(self, index, axis):
+        return self.gather(axis, index)
+
+    def masked_fill(self, mask, value):
+        mask = _index_array(mask, self, "masked_fill")
+        return Where.apply(self._other(value) if isinstance(value, Tensor) else
+                           Tensor(self._backend.xp.asarray(value, dtype=self.dtype), device=self.device),
+                           self, cond=mask)
+
+    def dropout(self, p=0.5, training=True):
+        from gpugrad.nn.functional import dropout
+
+        return dropout(self, p, training)
+
+    # -- in place: bump the version counter so saved copies are checked ------------------------------------------
+    def _check_inplace(self, op, other=None):
+        recording = STATE.enabled and (self._requires_grad or (isinstance(other, Tensor) and other._requires_grad))
+        if recording and self.is_leaf and self._requires_grad:
+            raise RuntimeError(f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
+                               "wrap it in `with gpugrad.no_grad():` (e.g. for a parameter update)")
+        if recording and self._base is not None and self._base._requires_grad:
+            raise RuntimeError(f"{op}: in-place operation on a view of a tensor that requires grad is not "
+                               "supported; use the out-of-place op or .clone() the view first")
+        return recording
+
+    def _inplace(self, op, result_fn, other=None):
+        if self._check_inplace(op, other):
+            result = result_fn()  # out of place, with a graph; then moved into our buffer
+            self._backend.xp.copyto(self._data, result._data, casting="same_kind")
+            # The node may have saved its output, but that is `result`'s buffer, not ours: it stays valid.
+            self._grad_fn, self._requires_grad = result._grad_fn, True
+        else:
+            with _no_grad():
+                result = result_fn()
+            self._backend.xp.copyto(self._data, result._data, casting="same_kind")
+        self._version_counter[0] += 1
+        return self
+
+    def add_(self, o, alpha=1):
+        o = self._other(o)
+        return self._inplace("add_", lambda: self + (o * alpha if alpha != 1 else o), o)
+
+    def sub_(self, o, alpha=1):
+        o = self._other(o)
+        return self._inplace("sub_", lambda: self - (o * alpha if alpha != 1 else o), o)
+
+    def mul_(self, o):
+        o = self._other(o)
+        return self._inplace("mul_", lambda: self * o, o)
+
+    def div_(self, o):
+        o = self._other(o)
+        return self._inplace("div_", lambda: self / o, o)
+
+    def clamp_(self, min=None, max=None):
+        return self._inplace("clamp_", lambda: self.clamp(min, max))
+
+    def zero_(self):
+        self._check_inplace("zero_")
+        self._data.fill(0)
+        self._version_counter[0] += 1
+        return self
+
+    def fill_(self, value):
+        self._check_inplace("fill_")
+        self._data.fill(value)
+        self._version_counter[0] += 1
+        return self
+
+    def copy_(self, src):
+        src = self._other(src)
+        return self._inplace("copy_", lambda: src.to(self.device, self.dtype).expand(self.shape)
+                             if isinstance(src, Tensor) else Tensor(src, dtype=self.dtype, device=self.device)
+                             .expand(self.shape), src)
+
+    __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_
+
+    def __setitem__(self, key, value):
+        key = _index_key(key, self)
+        value = self._other(value)
+        return self._inplace("__setitem__", lambda: _index_put(self, key, value), value)
+
+
+def _no_grad():
+    from gpugrad.autograd.grad_mode import no_grad
+
+    return no_grad()
+
+
+def _view(out, base):
+    """Views share the version counter with their base, so in-place writes through either are seen by both."""
+    out._version_counter = base._version_counter
+    out._base = base if base._base is None else base._base
+    return out
+
+
+def _axis(axis):
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+def _basic_key(key):
+    keys = key if isinstance(key, tuple) else (key,)
+    return all(k is None or k is Ellipsis or isinstance(k, (int, slice)) for k in keys)
+
+
+def _index_array(idx, like, op):
+    if isinstance(idx, Tensor):
+        if idx._backend is not like._backend:
+            raise RuntimeError(f"{op}: index is on {idx.device} but the tensor is on {like.device}; "
+                               "move it with .to(device)")
+        return idx._data
+    return like._backend.asarray(idx)
+
+
+def _index_key(key, like):
+    """Tensor and list indices become arrays of the tensor's backend; the rest passes through."""
+    keys = key if isinstance(key, tuple) else (key,)
+    out = tuple(_index_array(k, like, "index") if isinstance(k, (Tensor, list, np.ndarray)) else
+                int(k) if isinstance(k, np.integer) else k for k in keys)
+    return out if isinstance(key, tuple) else out[0]
+
+
+def _index_put(t, key, value):
+    """Out-of-place ``t[key] = value`` as differentiable ops: keep t where not indexed, value where indexed."""
+    xp = t._backend.xp
+    mask = xp.zeros(t.shape, dtype=bool)
+    mask[key] = True
+    if isinstance(value, Tensor):
+        placed = IndexPlace.apply(value, key=key, shape=t.shape)
+    else:
+        buf = xp.zeros(t.shape, dtype=t.dtype)
+        buf[key] = value
+        placed = _make(buf, t._backend)
+    return Where.apply(placed, t, cond=mask)
+
+
+# Cast / ToDevice / Copy / IndexPlace are registered ops too; they live here because they are about tensors
+# moving between dtypes, devices and buffers rather than about math.
+from gpugrad.ops.convert import Cast, Copy, IndexPlace, ToDevice  # noqa: E402

@@ -1,0 +1,186 @@
+"""Reverse-mode engine: iterative topological order, gradients freed as consumed, leaf buffers reused.
+
+No recursion anywhere (a 100,000-op chain must work): dependency counts are gathered with an explicit stack and
+nodes run in Kahn order.  Each gradient is popped from ``grads`` when its node runs, so it is freed as soon as
+it is consumed; the node's saved arrays are released right after its VJP unless ``retain_graph``.
+Broadcasting is undone here, in :func:`_fit`, and nowhere else.
+"""
+from __future__ import annotations
+
+from gpugrad.autograd.function import AccumulateGrad
+from gpugrad.autograd.grad_mode import enable_grad
+
+
+def toposort(roots):
+    """Nodes reachable from ``roots``, each after every node that feeds it a gradient."""
+    deps = {}
+    stack = list(dict.fromkeys(roots))
+    seen = set(stack)
+    while stack:
+        node = stack.pop()
+        for parent, _ in node.next_functions:
+            if parent is not None:
+                deps[parent] = deps.get(parent, 0) + 1
+                if parent not in seen:
+                    seen.add(parent)
+                    stack.append(parent)
+    order = []
+    ready = [r for r in dict.fromkeys(roots) if r not in deps]
+    while ready:
+        node = ready.pop()
+        order.append(node)
+        for parent, _ in node.next_functions:
+            if parent is not None:
+                left = deps[parent] - 1
+                deps[parent] = left
+                if left == 0:
+                    ready.append(parent)
+    return order
+
+
+def _fit(gx, meta, xp):
+    """Sum a gradient over the axes its input was broadcast along, and cast it to the input's dtype."""
+    shape, dtype = meta
+    gshape = gx.shape
+    if gshape != shape:
+        lead = len(gshape) - len(shape)
+        axes = tuple(range(lead)) + tuple(
+            i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1)
+        gx = xp.sum(gx, axis=axes, keepdims=True) if axes else gx
+        gx = gx.reshape(shape) if lead or gx.shape != shape else gx
+        if gx.shape != shape:
+            raise RuntimeError(f"internal: gradient of shape {gshape} does not broadcast to input shape {shape}")
+    if gx.dtype != dtype:
+        gx = gx.astype(dtype)
+    return gx
+
+
+def run(roots, retain_graph=False, create_graph=False, capture=None):
+    """Backpropagate ``roots`` = [(node, gradient)], accumulating into leaves, or into ``capture`` if given.
+
+    ``capture`` maps nodes to ``None``; their incoming gradients are stored there and leaves are left alone
+    (``autograd.grad``).  Gradients are arrays, or Tensors when ``create_graph``.
+    """
+    from gpugrad.autograd import tensor_xp
+
+    order = toposort([n for n, _ in roots])
+    needed = None
+    if capture is not None:
+        needed = set()
+        for node in reversed(order):  # inputs first: keep nodes from which a captured node is reachable
+            if node in capture or any(p in needed for p, _ in node.next_functions):
+                needed.add(node)
+    grads = {}
+    for node, g in roots:
+        _add(grads, node, g, False, create_graph)
+    with enable_grad() if create_graph else _nullcontext:
+        for node in order:
+            entry = grads.pop(node, None)
+            if entry is None:
+                continue
+            g, owned = entry
+            if node._pre_hooks:
+                g, owned = _run_hooks(node, g, owned, create_graph)
+            if node._retain is not None:
+                _retain_grad(node, g, create_graph)
+            if capture is not None:
+                if node in capture:
+                    capture[node] = g
+                if node not in needed or isinstance(node, AccumulateGrad):
+                    continue
+            if isinstance(node, AccumulateGrad):
+                _accumulate_leaf(node.variable, g, owned, create_graph)
+                continue
+            gxs = node.run_backward(g, create_graph)
+            del entry
+            if not retain_graph:
+                node.release()
+            xp = node._be.xp
+            shared = _repeated_ids(gxs) if len(gxs) > 1 else ()
+            for (parent, _), gx, meta in zip(node.next_functions, gxs, node._in_meta):
+                if parent is None or gx is None:
+                    continue
+                if create_graph:
+                    gx = tensor_xp.fit(gx, meta)
+                    owned = False
+                else:
+                    fitted = _fit(gx, meta, xp)
+                    # A VJP may hand back gy itself or a view of it (add, reshape) or one array for two inputs:
+                    # such a gradient is shared, so it must be copied before anyone adds into it in place.
+                    owned = fitted is not gx or (gx is not g and getattr(gx, "base", None) is None
+                                                 and id(gx) not in shared)
+                    gx = fitted
+                _add(grads, parent, gx, owned, create_graph)
+            del g, gxs
+    return capture
+
+
+def _repeated_ids(gxs):
+    ids = [id(x) for x in gxs if x is not None]
+    return {i for i in ids if ids.count(i) > 1}
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+_nullcontext = _Null()
+
+
+def _add(grads, node, g, owned, create_graph):
+    prev = grads.get(node)
+    if prev is None:
+        grads[node] = (g, owned)
+    elif create_graph:
+        grads[node] = (prev[0] + g, False)
+    elif prev[1]:
+        acc = prev[0]
+        acc += g  # the first sum below made this buffer ours: add in place
+    else:
+        grads[node] = (prev[0] + g, True)
+
+
+def _run_hooks(node, g, owned, create_graph):
+    from gpugrad._tensor import Tensor
+
+    for hook in list(node._pre_hooks):
+        gt = g if create_graph else Tensor._wrap(g, node)
+        out = hook(gt)
+        if out is not None:
+            g = out if create_graph else out._data
+            owned = False
+    return g, owned
+
+
+def _retain_grad(node, g, create_graph):
+    from gpugrad._tensor import Tensor
+
+    t = node._retain()
+    if t is None:
+        return
+    gt = g if create_graph else Tensor._wrap(g.copy(), node)
+    t._grad = gt if t._grad is None else t._grad + gt
+
+
+def _accumulate_leaf(leaf, g, owned, create_graph):
+    from gpugrad._tensor import Tensor
+
+    if create_graph:
+        leaf._grad = g if leaf._grad is None else leaf._grad + g
+        return
+    grad = leaf._grad
+    if grad is None:
+        # Take ownership: a fresh gradient becomes .grad as is; a shared one is copied first.
+        leaf._grad = Tensor._wrap(g if owned else g.copy(), None, leaf._backend)
+    elif grad.requires_grad:
+        leaf._grad = grad + g  # .grad itself carries a graph (from create_graph): stay out of place
+    else:
+        if grad.shape != leaf.shape:
+            raise RuntimeError(f"leaf .grad has shape {grad.shape} but the leaf is {leaf.shape}")
+        # In place: the leaf keeps one gradient buffer across steps (optimizers and pointers rely on it).
+        leaf._backend.accumulate_(grad._data, g)
+        grad._version_counter[0] += 1

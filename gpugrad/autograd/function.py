@@ -1,0 +1,217 @@
+"""Graph nodes (``grad_fn``) and the op base class.
+
+An op is one class: ``forward(xp, *arrays)`` computes, ``backward(xp, gy)`` returns one gradient per positional
+input (the VJP), and optional ``forward_<backend>`` / ``backward_<backend>`` methods are fast paths with the same
+contract.  ``Op.apply`` decides the backend once, from the inputs' data, and records the node.
+Broadcasting is undone by the engine, never by an op: a VJP may return a gradient in the broadcast shape.
+"""
+from __future__ import annotations
+
+import weakref
+
+from gpugrad.autograd.grad_mode import STATE
+from gpugrad.backend import backend_of
+
+
+class Node:
+    """A recorded op as seen by the engine: ``next_functions`` lead towards the inputs."""
+
+    next_functions: tuple = ()
+    _pre_hooks = None  # hooks of the tensor this node produced (register_hook on a non-leaf)
+    _retain = None  # weakref to that tensor when it asked to retain_grad()
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self):
+        return f"<{self.name()} object at {id(self):#x}>"
+
+    def register_prehook(self, hook):
+        if self._pre_hooks is None:
+            self._pre_hooks = []
+        self._pre_hooks.append(hook)
+        return _HookHandle(self._pre_hooks, hook)
+
+
+class _HookHandle:
+    def __init__(self, hooks, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+class AccumulateGrad(Node):
+    """The sink for a leaf that requires grad: adds incoming gradients into ``leaf.grad``."""
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    @staticmethod
+    def of(tensor) -> "AccumulateGrad":
+        # The tensor keeps only a weak reference, like PyTorch: graph nodes keep the accumulator alive.
+        acc = tensor._accumulator() if tensor._accumulator is not None else None
+        if acc is None:
+            acc = AccumulateGrad(tensor)
+            tensor._accumulator = weakref.ref(acc)
+        return acc
+
+
+def _describe(op: str, args) -> str:
+    from gpugrad._tensor import Tensor
+
+    ts = [a for a in args if isinstance(a, Tensor)]
+    shapes = ", ".join(str(tuple(t.shape)) for t in ts)
+    dtypes = ", ".join(str(t.dtype) for t in ts)
+    devices = ", ".join(str(t.device) for t in ts)
+    return f"{op}: got shapes [{shapes}], dtypes [{dtypes}], devices [{devices}]"
+
+
+class Op(Node):
+    """Base class of gpugrad's built-in ops (each instance is the ``grad_fn`` of its output).
+
+    Subclasses define ``forward(self, xp, *inputs)`` and ``backward(self, xp, gy)``; keyword arguments of
+    ``apply`` become attributes before ``forward`` runs.  ``double_backward = True`` declares that ``backward``
+    uses only operations that also exist on Tensors (see ``autograd/tensor_xp.py``), so ``create_graph=True``
+    can run it on Tensors and get higher-order gradients; an op whose ``backward`` runs a kernel reference may
+    instead give a Tensor-safe ``backward_graph``.  Other ops raise a clear error under ``create_graph``.
+    """
+
+    double_backward = False
+    changes_device = False
+    saved = None
+    _saved_refs = None
+    _released = False
+
+    @classmethod
+    def backward_name(cls) -> str:
+        return cls.__name__ + "Backward0"
+
+    def name(self) -> str:
+        # Some ops are named by case, as torch does (MmBackward0 vs DotBackward0): they set `_name`.
+        return self.__dict__.get("_name") or self.backward_name()
+
+    def save_for_backward(self, *arrays):
+        self.saved = arrays
+
+    @classmethod
+    def apply(cls, *args, **params):
+        from gpugrad._tensor import Tensor, _make
+
+        fn = cls.__new__(cls)
+        if params:
+            fn.__dict__.update(params)
+        be = None
+        record = False
+        datas = []
+        for a in args:
+            if isinstance(a, Tensor):
+                datas.append(a._data)
+                if be is None:
+                    be = a._backend
+                elif a._backend is not be:
+                    raise RuntimeError(
+                        f"{_describe(cls.__name__.lower(), args)}: all tensors must be on the same device; "
+                        "move them with .to(device) first")
+                if a._requires_grad:
+                    record = True
+            else:
+                datas.append(a)
+        record = record and STATE.enabled
+        if record:
+            fn.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
+            for a in args:
+                if isinstance(a, Tensor) and a.dtype.kind != "f":
+                    raise TypeError(
+                        f"{_describe(cls.__name__.lower(), args)}: differentiable ops need floating-point inputs, "
+                        f"but one input is {a.dtype}; convert it with .float() or .to(dtype) first")
+                if isinstance(a, Tensor) and a._inference:
+                    raise RuntimeError(
+                        f"{_describe(cls.__name__.lower(), args)}: an inference tensor (made under "
+                        "inference_mode) cannot be saved for backward; make a copy with .clone() outside it")
+        else:
+            fn.needs_input_grad = (False,) * len(args)
+        forward = getattr(fn, be.forward_name, None) or fn.forward
+        out = forward(be.xp, *datas)
+        result = _make(out, backend_of(out) if fn.changes_device else be)
+        if record and out.dtype.kind == "f":  # an integer result (e.g. a cast to int64) carries no gradient
+            fn._be = be
+            fn.next_functions = tuple(
+                (a._grad_fn or AccumulateGrad.of(a), 0) if isinstance(a, Tensor) and a._requires_grad
+                else (None, 0) for a in args)
+            fn._in_meta = tuple((a.shape, a.dtype) if isinstance(a, Tensor) else None for a in args)
+            result._requires_grad = True
+            result._grad_fn = fn
+            if fn.saved:
+                fn._bind_saved(args, datas, result)
+        return result
+
+    def _bind_saved(self, args, datas, result):
+        # Remember which saved arrays are an input's or the output's buffer, with the version it had, so an
+        # in-place change before backward is caught instead of silently giving a wrong gradient.
+        refs = []
+        for s in self.saved:
+            ref = None
+            if s is result._data:
+                ref = ("out", result._version_counter, result._version_counter[0])
+            else:
+                for a, d in zip(args, datas):
+                    if s is d and hasattr(a, "_version_counter"):
+                        ref = ("in", a, a._version_counter[0])
+                        break
+            refs.append(ref)
+        self._saved_refs = refs
+
+    # -- used by the engine -------------------------------------------------------------------------------------
+    def _check_saved(self):
+        if self._released:
+            raise RuntimeError(
+                f"Trying to backward through the graph a second time at {self.name()}: its saved tensors were "
+                "freed after the first backward. Specify retain_graph=True on the first backward() "
+                "(or autograd.grad) call if you need to backward through the graph again.")
+        for ref in self._saved_refs or ():
+            if ref is None:
+                continue
+            kind, obj, version = ref
+            now = obj[0] if kind == "out" else obj._version_counter[0]
+            if now != version:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an in-place "
+                    f"operation: {self.name()} saved its {'output' if kind == 'out' else 'input'} at version "
+                    f"{version}, but it is now at version {now}. Avoid the in-place change, or .clone() first.")
+
+    def run_backward(self, gy, create_graph: bool):
+        self._check_saved()
+        if not create_graph:
+            backward = getattr(self, self._be.backward_name, None) or self.backward
+            gxs = backward(self._be.xp, gy)
+        else:
+            backward = getattr(self, "backward_graph", None) or (self.backward if self.double_backward else None)
+            if backward is None:
+                raise RuntimeError(
+                    f"{self.name()} does not support create_graph=True (higher-order gradients) yet; "
+                    "compute this gradient without create_graph, or express the op with differentiable ops")
+            from gpugrad.autograd import tensor_xp
+
+            arrays = self.saved
+            if self.saved is not None:
+                self.saved = tensor_xp.saved_as_tensors(self)
+            try:
+                gxs = backward(tensor_xp, gy)
+            finally:
+                self.saved = arrays
+        return gxs if isinstance(gxs, tuple) else (gxs,)
+
+    def release(self):
+        if self.saved is not None:
+            self._released = True
+        self.saved = None
+        self._saved_refs = None
+
+    # -- to be defined by ops -----------------------------------------------------------------------------------
+    def forward(self, xp, *inputs):
+        raise NotImplementedError
+
+    def backward(self, xp, gy):
+        raise NotImplementedError(f"{self.name()} has no backward")

@@ -1,0 +1,127 @@
+"""An ``xp``-like namespace over Tensors, so an op's VJP written against ``xp`` can run on Tensors and record
+a graph of its own (``create_graph=True``): higher-order gradients with no second copy of each rule."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _T():
+    from gpugrad._tensor import Tensor
+
+    return Tensor
+
+
+def _const(array, like=None):
+    from gpugrad.backend import backend_of
+    from gpugrad._tensor import _make
+
+    return _make(array, like._backend if like is not None else backend_of(array))
+
+
+def _cond(c):
+    return c._data if isinstance(c, _T()) else c
+
+
+def where(cond, a, b):
+    from gpugrad.ops.arith import Where
+
+    T = _T()
+    if not isinstance(a, T) and not isinstance(b, T):
+        xp = np if isinstance(_cond(cond), (bool, np.ndarray)) else _backend_xp(_cond(cond))
+        return _const(xp.where(_cond(cond), a, b))
+    return Where.apply(a, b, cond=_cond(cond))
+
+
+def _backend_xp(array):
+    from gpugrad.backend import backend_of
+
+    return backend_of(array).xp
+
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001 - mirrors xp.sum
+    return x.sum(axis=axis, keepdims=keepdims)
+
+
+def mean(x, axis=None, keepdims=False):
+    return x.mean(axis=axis, keepdims=keepdims)
+
+
+def broadcast_to(x, shape):
+    return x.expand(shape)
+
+
+def expand_dims(x, axis):
+    return x.unsqueeze(axis)
+
+
+def squeeze(x, axis=None):
+    return x.squeeze(axis)
+
+
+def swapaxes(x, a, b):
+    return x.transpose(a, b)
+
+
+def transpose(x, axes):
+    return x.permute(axes)
+
+
+def matmul(a, b):
+    return a @ b
+
+
+def exp(x):
+    return x.exp()
+
+
+def log(x):
+    return x.log()
+
+
+def sqrt(x):
+    return x.sqrt()
+
+
+def abs(x):  # noqa: A001
+    return x.abs()
+
+
+def maximum(a, b):
+    return a.maximum(b)
+
+
+def minimum(a, b):
+    return a.minimum(b)
+
+
+def tanh(x):
+    return x.tanh()
+
+
+def fit(gx, meta):
+    """The engine's unbroadcast + cast, as differentiable ops."""
+    shape, dtype = meta
+    if gx.shape != shape:
+        lead = gx.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and gx.shape[i + lead] != 1)
+        gx = gx.sum(axis=axes, keepdims=True).reshape(shape)
+    return gx if gx.dtype == dtype else gx.to(dtype=dtype)
+
+
+def saved_as_tensors(node):
+    """The node's saved arrays as Tensors that remember where they came from, so VJPs differentiate through them."""
+    from gpugrad._tensor import _make
+
+    out = []
+    for s, ref in zip(node.saved, node._saved_refs or [None] * len(node.saved)):
+        if s is None or not hasattr(s, "shape"):  # None or a Python scalar operand: stays as it is
+            out.append(s)
+        elif ref is None:
+            out.append(_make(s, node._be))
+        elif ref[0] == "in":
+            out.append(ref[1])
+        else:  # the node's own output: a tensor produced by this very node
+            t = _make(s, node._be, requires_grad=True)
+            t._grad_fn = node
+            out.append(t)
+    return tuple(out)

@@ -1,0 +1,90 @@
+"""``gpugrad.nn.functional``: the functions layers are made of.  Compositions get no op class of their own."""
+from __future__ import annotations
+
+from gpugrad.ops.activation import BiasAct, Dropout
+from gpugrad.ops.loss import CrossEntropy, TokenLogProb
+from gpugrad.ops.matmul import Linear
+from gpugrad.random import generator
+from gpugrad._tensor import Tensor, _index_array
+
+ACTIVATIONS = ("relu", "gelu", "sigmoid", "tanh", "identity")
+
+
+def relu(x):
+    return x.relu()
+
+
+def gelu(x, approximate="tanh"):
+    if approximate != "tanh":
+        raise NotImplementedError("gelu: only approximate='tanh' is implemented")
+    return x.gelu()
+
+
+def sigmoid(x):
+    return x.sigmoid()
+
+
+def tanh(x):
+    return x.tanh()
+
+
+def softmax(x, axis=-1):
+    return x.softmax(axis)
+
+
+def log_softmax(x, axis=-1):
+    return x.log_softmax(axis)
+
+
+def logsumexp(x, axis=-1, keepdims=False):
+    return x.logsumexp(axis, keepdims)
+
+
+def linear(x, weight, bias=None):
+    """y = x @ weightᵀ + bias, weight (out, in)."""
+    return Linear.apply(x, weight, bias) if bias is not None else Linear.apply(x, weight)
+
+
+def bias_act(x, bias, activation="relu"):
+    """act(x + bias) in one fused pass, bias broadcast along the last axis."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"bias_act: activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if bias.shape != x.shape[-1:]:
+        raise ValueError(f"bias_act: bias of shape {bias.shape} does not match the last axis of x {x.shape}")
+    return BiasAct.apply(x, bias, act=activation)
+
+
+def dropout(x, p=0.5, training=True):
+    """Zero each element with probability p and scale the rest by 1/(1-p); identity when not training."""
+    if not 0.0 <= p < 1.0:
+        if p == 1.0 and training:
+            return x * 0.0
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout: probability must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    u = generator(x._backend.xp).random(x.shape, dtype=x.dtype)
+    return Dropout.apply(x, p=p, u=u)
+
+
+def _target(target, logits, op):
+    return _index_array(target, logits, op)
+
+
+def cross_entropy(logits, target, reduction="mean"):
+    """Softmax cross-entropy with integer class targets (N,) for logits (N, C); reduction mean | sum | none."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return CrossEntropy.apply(logits, target=_target(target, logits, "cross_entropy"), reduction=reduction)
+
+
+def token_logprob(logits, ids):
+    """log_softmax(logits)[i, ids[i]] for each row, fused (the per-token score of a sequence)."""
+    return TokenLogProb.apply(logits, target=_target(ids, logits, "token_logprob"))
+
+
+def mse_loss(input, target, reduction="mean"):
+    if input.shape != getattr(target, "shape", input.shape):
+        raise ValueError(f"mse_loss: input {input.shape} and target {target.shape} must have the same shape")
+    err = (input - target) * (input - target)
+    return {"mean": err.mean, "sum": err.sum, "none": lambda: err}[reduction]()

@@ -1,0 +1,219 @@
+"""Pointwise arithmetic.  Each VJP may return gradients in the broadcast shape: the engine sums them back."""
+from __future__ import annotations
+
+from gpugrad.autograd.function import Op
+from gpugrad.ops import register
+
+
+@register("add")
+class Add(Op):
+    """y = a + b.  VJP: ga = gy, gb = gy."""
+    double_backward = True
+
+    def forward(self, xp, a, b):
+        return a + b
+
+    def backward(self, xp, gy):
+        return gy, gy
+
+
+@register("sub")
+class Sub(Op):
+    """y = a - b.  VJP: ga = gy, gb = -gy."""
+    double_backward = True
+
+    def forward(self, xp, a, b):
+        return a - b
+
+    def backward(self, xp, gy):
+        return gy, (-gy if self.needs_input_grad[1] else None)
+
+
+@register("mul")
+class Mul(Op):
+    """y = a * b.  VJP: ga = gy * b, gb = gy * a (each saved only if the other side needs it)."""
+    double_backward = True
+
+    def forward(self, xp, a, b):
+        ga_needs, gb_needs = self.needs_input_grad
+        # Save only what a needed gradient reads, so `y.mul_(2)` on a graph tensor stays legal.
+        self.save_for_backward(b if ga_needs else None, a if gb_needs else None)
+        return a * b
+
+    def backward(self, xp, gy):
+        b, a = self.saved
+        return (gy * b if b is not None else None), (gy * a if a is not None else None)
+
+
+@register("div")
+class Div(Op):
+    """y = a / b.  VJP: ga = gy / b, gb = -gy * y / b."""
+    double_backward = True
+
+    def forward(self, xp, a, b):
+        y = a / b
+        self.save_for_backward(b, y if self.needs_input_grad[1] else None)
+        return y
+
+    def backward(self, xp, gy):
+        b, y = self.saved
+        ga = gy / b if self.needs_input_grad[0] else None
+        gb = -gy * y / b if y is not None else None
+        return ga, gb
+
+
+@register("neg")
+class Neg(Op):
+    """y = -x.  VJP: gx = -gy."""
+    double_backward = True
+
+    def forward(self, xp, x):
+        return -x
+
+    def backward(self, xp, gy):
+        return -gy
+
+
+@register("pow")
+class Pow(Op):
+    """y = a ** b.  VJP: ga = gy * b * a**(b-1); gb = gy * y * log(a) (defined as 0 where a == 0, as torch)."""
+    double_backward = True
+
+    def forward(self, xp, a, b):
+        y = a ** b
+        self.save_for_backward(a, b, y)
+        return y
+
+    def backward(self, xp, gy):
+        a, b, y = self.saved
+        ga = gy * b * a ** (b - 1) if self.needs_input_grad[0] else None
+        gb = None
+        if self.needs_input_grad[1]:
+            safe = xp.where(a > 0, a, 1)  # log(a) only where it is finite; a <= 0 gets gradient 0
+            gb = xp.where(a > 0, gy * y * xp.log(safe), 0)
+        return ga, gb
+
+
+@register("maximum")
+class Maximum(Op):
+    """y = max(a, b).  VJP: gy goes to the larger input; on ties it is split evenly (as torch)."""
+    double_backward = True
+
+    def forward(self, xp, a, b):
+        self.save_for_backward(a, b)
+        return xp.maximum(a, b)
+
+    def backward(self, xp, gy):
+        a, b = self.saved
+        return _split(xp, gy, a > b, a == b)
+
+
+@register("minimum")
+class Minimum(Op):
+    """y = min(a, b).  VJP like maximum with the comparison flipped."""
+    double_backward = True
+
+    def forward(self, xp, a, b):
+        self.save_for_backward(a, b)
+        return xp.minimum(a, b)
+
+    def backward(self, xp, gy):
+        a, b = self.saved
+        return _split(xp, gy, a < b, a == b)
+
+
+def _split(xp, gy, a_wins, tie):
+    half = gy * 0.5
+    ga = xp.where(a_wins, gy, xp.where(tie, half, 0))
+    gb = xp.where(a_wins, 0, xp.where(tie, half, gy))
+    return ga, gb
+
+
+@register("where")
+class Where(Op):
+    """y = cond ? a : b (cond is a non-differentiable keyword).  VJP: ga = gy where cond, gb = gy elsewhere."""
+    double_backward = True
+
+    def forward(self, xp, a, b):
+        return xp.where(self.cond, a, b)
+
+    def backward(self, xp, gy):
+        cond = self.cond
+        return xp.where(cond, gy, 0), xp.where(cond, 0, gy)
+
+
+@register("abs")
+class Abs(Op):
+    """y = |x|.  VJP: gx = gy * sign(x); subgradient 0 at x == 0, as torch."""
+    double_backward = True
+
+    def forward(self, xp, x):
+        self.save_for_backward(x)
+        return xp.abs(x)
+
+    def backward(self, xp, gy):
+        (x,) = self.saved
+        return xp.where(x > 0, gy, xp.where(x < 0, -gy, 0))
+
+
+@register("clamp")
+class Clamp(Op):
+    """y = min(max(x, lo), hi).  VJP: gx = gy inside [lo, hi] (boundaries included, as torch), else 0."""
+    double_backward = True
+
+    def forward(self, xp, x):
+        self.save_for_backward(x)
+        return xp.clip(x, self.lo, self.hi)
+
+    def backward(self, xp, gy):
+        (x,) = self.saved
+        inside = True
+        if self.lo is not None:
+            inside = x >= self.lo
+        if self.hi is not None:
+            inside = (x <= self.hi) if inside is True else inside & (x <= self.hi)
+        return xp.where(inside, gy, 0)
+
+
+@register("exp")
+class Exp(Op):
+    """y = e^x.  VJP: gx = gy * y (the saved output)."""
+    double_backward = True
+
+    def forward(self, xp, x):
+        y = xp.exp(x)
+        self.save_for_backward(y)
+        return y
+
+    def backward(self, xp, gy):
+        (y,) = self.saved
+        return gy * y
+
+
+@register("log")
+class Log(Op):
+    """y = ln x.  VJP: gx = gy / x."""
+    double_backward = True
+
+    def forward(self, xp, x):
+        self.save_for_backward(x)
+        return xp.log(x)
+
+    def backward(self, xp, gy):
+        (x,) = self.saved
+        return gy / x
+
+
+@register("sqrt")
+class Sqrt(Op):
+    """y = sqrt(x).  VJP: gx = gy / (2 y)."""
+    double_backward = True
+
+    def forward(self, xp, x):
+        y = xp.sqrt(x)
+        self.save_for_backward(y)
+        return y
+
+    def backward(self, xp, gy):
+        (y,) = self.saved
+        return gy / (y * 2)

@@ -1,0 +1,63 @@
+"""Ops that move data between dtypes, devices and buffers."""
+from __future__ import annotations
+
+from gpugrad.autograd.function import Op
+from gpugrad.backend import CPU
+from gpugrad.ops import register
+
+
+@register("cast")
+class Cast(Op):
+    """y = x.astype(dtype).  VJP: gy cast back (the engine casts every gradient to its input's dtype)."""
+    double_backward = True
+    _name = "ToCopyBackward0"
+
+    def forward(self, xp, x):
+        return x.astype(self.dtype)
+
+    def backward(self, xp, gy):
+        return gy
+
+
+@register("to_device")
+class ToDevice(Op):
+    """y = x copied to another device.  VJP: gy copied back to x's device."""
+    changes_device = True
+    _name = "ToCopyBackward0"
+
+    def forward(self, xp, x):
+        return _move(x, self.source, self.target)
+
+    def backward(self, xp, gy):
+        return _move(gy, self.target, self.source)
+
+
+def _move(array, source, target):
+    return source.to_host(array) if target is CPU else target.asarray(array)
+
+
+@register("clone")
+class Copy(Op):
+    """y = a copy of x in a fresh buffer.  VJP: gx = gy.  CloneBackward0 as in torch."""
+    double_backward = True
+    _name = "CloneBackward0"
+
+    def forward(self, xp, x):
+        return xp.array(x, copy=True)
+
+    def backward(self, xp, gy):
+        return gy
+
+
+@register("index_place")
+class IndexPlace(Op):
+    """y = zeros(shape) with y[key] = value (the value side of ``t[key] = value``).  VJP: gvalue = gy[key]."""
+    _name = "IndexPutBackward0"
+
+    def forward(self, xp, value):
+        y = xp.zeros(self.shape, dtype=value.dtype)
+        y[self.key] = value
+        return y
+
+    def backward(self, xp, gy):
+        return gy[self.key]

@@ -1,0 +1,114 @@
+"""Reductions over an axis (or all axes).  VJPs put the reduced axes back (keepdims) and broadcast gy."""
+from __future__ import annotations
+
+from gpugrad.autograd.function import Op
+from gpugrad.ops import register
+
+
+def _axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    return tuple(sorted(a % ndim if ndim else a for a in axes))
+
+
+def _keep(xp, gy, axes, keepdims):
+    """gy reshaped so it broadcasts against the input (reduced axes restored as size 1)."""
+    if keepdims or not axes:
+        return gy
+    for a in axes:
+        gy = xp.expand_dims(gy, a)
+    return gy
+
+
+class _Reduce(Op):
+    """Shared bookkeeping: normalized ``axes``, the name torch uses for full vs axis reductions."""
+
+    full_suffix, axis_suffix = "0", "1"
+
+    def _setup(self, x):
+        self.axes = _axes(self.axis, x.ndim)
+        self.in_shape = x.shape
+        full = self.axis is None
+        self._name = f"{type(self).__name__}Backward{self.full_suffix if full else self.axis_suffix}"
+        return self.axes if x.ndim else None
+
+
+@register("sum")
+class Sum(_Reduce):
+    """y = Σ x over axes.  VJP: gx = broadcast(gy).  Named SumBackward0 (all axes) / SumBackward1 (axis)."""
+    double_backward = True
+
+    def forward(self, xp, x):
+        return xp.sum(x, axis=self._setup(x), keepdims=self.keepdims)
+
+    def backward(self, xp, gy):
+        return xp.broadcast_to(_keep(xp, gy, self.axes, self.keepdims), self.in_shape)
+
+
+@register("mean")
+class Mean(_Reduce):
+    """y = mean of x over axes.  VJP: gx = broadcast(gy) / n."""
+    double_backward = True
+
+    def forward(self, xp, x):
+        axes = self._setup(x)
+        self.count = 1
+        for a in self.axes:
+            self.count *= x.shape[a]
+        return xp.mean(x, axis=axes, keepdims=self.keepdims)
+
+    def backward(self, xp, gy):
+        return xp.broadcast_to(_keep(xp, gy, self.axes, self.keepdims) / self.count, self.in_shape)
+
+
+class _Extreme(_Reduce):
+    """max/min.  VJP: gy flows to the elements equal to the extreme, split evenly among ties (as torch amax)."""
+
+    full_suffix, axis_suffix = "1", "0"
+    double_backward = True
+
+    def forward(self, xp, x):
+        axes = self._setup(x)
+        if x.size == 0:
+            raise ValueError(f"{self.op_name}(): cannot reduce an empty tensor of shape {x.shape}")
+        y = getattr(xp, self.np_name)(x, axis=axes, keepdims=True)
+        self.save_for_backward(x, y)
+        return y if self.keepdims else (xp.squeeze(y, axis=axes) if axes else y)
+
+    def backward(self, xp, gy):
+        x, y = self.saved
+        hit = x == y
+        count = xp.sum(xp.where(hit, 1.0, 0.0), axis=self.axes, keepdims=True)
+        return xp.where(hit, _keep(xp, gy, self.axes, self.keepdims) / count, 0)
+
+
+@register("max")
+class Max(_Extreme):
+    np_name = "amax"
+
+
+@register("min")
+class Min(_Extreme):
+    np_name = "amin"
+
+
+@register("var")
+class Var(_Reduce):
+    """y = Σ (x - mean)^2 / (n - correction).  VJP: gx = gy * 2 (x - mean) / (n - correction)."""
+    double_backward = True
+    full_suffix = axis_suffix = "0"
+
+    def forward(self, xp, x):
+        axes = self._setup(x)
+        n = 1
+        for a in self.axes:
+            n *= x.shape[a]
+        self.denom = max(n - self.correction, 0)
+        centered = x - xp.mean(x, axis=axes, keepdims=True)
+        self.save_for_backward(centered)
+        return xp.sum(centered * centered, axis=axes, keepdims=self.keepdims) / self.denom
+
+    def backward(self, xp, gy):
+        (centered,) = self.saved
+        return _keep(xp, gy, self.axes, self.keepdims) * centered * (2.0 / self.denom)

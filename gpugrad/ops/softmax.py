@@ -1,0 +1,92 @@
+"""Row-wise softmax family over one axis.  Kernels work on the last axis of a 2-D array; other axes are moved
+there first (a copy only when the axis is not already last)."""
+from __future__ import annotations
+
+from gpugrad.autograd.function import Op
+from gpugrad.backend import kernels as K
+from gpugrad.backend import reference as R
+from gpugrad.ops import register
+
+
+def _rows(xp, x, axis):
+    """x as (rows, n) with ``axis`` last, plus what it takes to undo it."""
+    axis %= max(x.ndim, 1)
+    moved = x if axis == x.ndim - 1 else xp.moveaxis(x, axis, -1)
+    return moved.reshape(-1, moved.shape[-1]) if x.ndim else moved.reshape(1, 1), (axis, moved.shape)
+
+
+def _unrows(xp, y2, undo, ndim):
+    axis, moved_shape = undo
+    y = y2.reshape(moved_shape)
+    return y if axis == ndim - 1 or ndim == 0 else xp.moveaxis(y, -1, axis)
+
+
+class _RowOp(Op):
+    fwd = bwd = None
+
+    def forward(self, xp, x):
+        return self._fwd(R, xp, x)
+
+    def forward_cuda(self, xp, x):
+        return self._fwd(K, xp, x)
+
+    def _fwd(self, impl, xp, x):
+        x2, self.undo = _rows(xp, x, self.axis)
+        self.ndim = x.ndim
+        y2 = getattr(impl, self.fwd)(xp, x2)
+        self.save_for_backward(y2)
+        return _unrows(xp, y2, self.undo, x.ndim)
+
+    def backward(self, xp, gy):
+        return self._bwd(R, xp, gy)
+
+    def backward_cuda(self, xp, gy):
+        return self._bwd(K, xp, gy)
+
+    def _bwd(self, impl, xp, gy):
+        gy2, _ = _rows(xp, gy, self.axis)
+        return _unrows(xp, getattr(impl, self.bwd)(xp, self.saved[0], gy2), self.undo, self.ndim)
+
+
+@register("softmax")
+class Softmax(_RowOp):
+    """y = e^(x - max) / Σ e^(x - max).  VJP: gx = y * (gy - Σ gy*y)."""
+    fwd, bwd = "softmax_fwd", "softmax_bwd"
+
+
+@register("log_softmax")
+class LogSoftmax(_RowOp):
+    """y = x - logsumexp(x).  VJP: gx = gy - e^y * Σ gy."""
+    fwd, bwd = "log_softmax_fwd", "log_softmax_bwd"
+
+
+@register("logsumexp")
+class LogSumExp(Op):
+    """y = log Σ e^x over one axis (max-shifted for stability).  VJP: gx = gy * e^(x - y)."""
+    _name = "LogsumexpBackward0"
+
+    def forward(self, xp, x):
+        return self._fwd(R, xp, x)
+
+    def forward_cuda(self, xp, x):
+        return self._fwd(K, xp, x)
+
+    def _fwd(self, impl, xp, x):
+        x2, self.undo = _rows(xp, x, self.axis)
+        self.ndim = x.ndim
+        lse = impl.logsumexp_fwd(xp, x2)
+        self.save_for_backward(x2, lse)
+        out_shape = self.undo[1][:-1]
+        y = lse.reshape(out_shape)
+        return xp.expand_dims(y, self.undo[0]) if self.keepdims and x.ndim else y
+
+    def backward(self, xp, gy):
+        return self._bwd(R, xp, gy)
+
+    def backward_cuda(self, xp, gy):
+        return self._bwd(K, xp, gy)
+
+    def _bwd(self, impl, xp, gy):
+        x2, lse = self.saved
+        gx2 = impl.logsumexp_bwd(xp, x2, lse, gy.reshape(-1))
+        return _unrows(xp, gx2, self.undo, self.ndim)

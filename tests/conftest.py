@@ -1,0 +1,31 @@
+"""Shared fixtures: backends to run on, GPU skipping with a reason, the optional PyTorch oracle."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpugrad
+
+
+def _gpu_skip_reason():
+    return None if gpugrad.cuda.is_available() else f"no CUDA device: {gpugrad.cuda.unavailable_reason()}"
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _gpu_skip_reason()
+    for item in items:
+        if "cuda" in item.keywords and "gpu" not in item.keywords:
+            item.add_marker(pytest.mark.gpu)
+        if reason and "gpu" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    gpugrad.manual_seed(0)
+    np.random.seed(0)
+
+
+@pytest.fixture(scope="session")
+def torch():
+    return pytest.importorskip("torch", reason="PyTorch is an optional oracle: pip install 'gpugrad[oracle]'")
