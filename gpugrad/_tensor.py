@@ -585,6 +585,10 @@ def _index_put(t, key, value):
     return Where.apply(placed, t, cond=mask)
 
 
+from gpugrad.autograd import function as _function  # noqa: E402
+
+_function._tensor_type, _function._make_tensor = Tensor, _make
+
 # Cast / ToDevice / Copy / IndexPlace are registered ops too; they live here because they are about tensors
 # moving between dtypes, devices and buffers rather than about math.
 from gpugrad.ops.convert import Cast, Copy, IndexPlace, ToDevice  # noqa: E402

@@ -68,6 +68,11 @@ def _describe(op: str, args) -> str:
     return f"{op}: got shapes [{shapes}], dtypes [{dtypes}], devices [{devices}]"
 
 
+_tensor_type = None  # set by gpugrad._tensor (it imports this module, so it cannot be imported here)
+_make_tensor = None
+_NO_GRAD = [(False,) * n for n in range(8)]
+
+
 class Op(Node):
     """Base class of gpugrad's built-in ops (each instance is the ``grad_fn`` of its output).
 
@@ -97,11 +102,11 @@ class Op(Node):
 
     @classmethod
     def apply(cls, *args, **params):
-        from gpugrad._tensor import Tensor, _make
-
+        # The hot path of every op: one pass over the inputs, no generators, no imports.
         fn = cls.__new__(cls)
         if params:
             fn.__dict__.update(params)
+        Tensor = _tensor_type
         be = None
         record = False
         datas = []
@@ -118,29 +123,39 @@ class Op(Node):
                     record = True
             else:
                 datas.append(a)
-        record = record and STATE.enabled
-        if record:
-            fn.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
+        if record and STATE.enabled:
+            ng = []
             for a in args:
-                if isinstance(a, Tensor) and a.dtype.kind != "f":
-                    raise TypeError(
-                        f"{_describe(cls.__name__.lower(), args)}: differentiable ops need floating-point inputs, "
-                        f"but one input is {a.dtype}; convert it with .float() or .to(dtype) first")
-                if isinstance(a, Tensor) and a._inference:
-                    raise RuntimeError(
-                        f"{_describe(cls.__name__.lower(), args)}: an inference tensor (made under "
-                        "inference_mode) cannot be saved for backward; make a copy with .clone() outside it")
+                if isinstance(a, Tensor):
+                    if a._data.dtype.kind != "f":
+                        raise TypeError(
+                            f"{_describe(cls.__name__.lower(), args)}: differentiable ops need floating-point "
+                            f"inputs, but one input is {a.dtype}; convert it with .float() or .to(dtype) first")
+                    if a._inference:
+                        raise RuntimeError(
+                            f"{_describe(cls.__name__.lower(), args)}: an inference tensor (made under "
+                            "inference_mode) cannot be saved for backward; make a copy with .clone() outside it")
+                    ng.append(a._requires_grad)
+                else:
+                    ng.append(False)
+            fn.needs_input_grad = ng
         else:
-            fn.needs_input_grad = (False,) * len(args)
-        forward = getattr(fn, be.forward_name, None) or fn.forward
-        out = forward(be.xp, *datas)
-        result = _make(out, backend_of(out) if fn.changes_device else be)
+            record = False
+            fn.needs_input_grad = _NO_GRAD[len(args)] if len(args) < 8 else (False,) * len(args)
+        out = (getattr(fn, be.forward_name, None) or fn.forward)(be.xp, *datas)
+        result = _make_tensor(out, backend_of(out) if fn.changes_device else be)
         if record and out.dtype.kind == "f":  # an integer result (e.g. a cast to int64) carries no gradient
             fn._be = be
-            fn.next_functions = tuple(
-                (a._grad_fn or AccumulateGrad.of(a), 0) if isinstance(a, Tensor) and a._requires_grad
-                else (None, 0) for a in args)
-            fn._in_meta = tuple((a.shape, a.dtype) if isinstance(a, Tensor) else None for a in args)
+            edges, meta = [], []
+            for a in args:
+                if isinstance(a, Tensor):
+                    meta.append((a._data.shape, a._data.dtype))
+                    edges.append(((a._grad_fn or AccumulateGrad.of(a)) if a._requires_grad else None, 0))
+                else:
+                    meta.append(None)
+                    edges.append((None, 0))
+            fn.next_functions = tuple(edges)
+            fn._in_meta = meta
             result._requires_grad = True
             result._grad_fn = fn
             if fn.saved:

@@ -1,0 +1,73 @@
+"""Engine overhead: microseconds per op (forward + backward) on tiny tensors, and long chains.
+
+The per-op figure is (time of a chain of N tiny multiplies, forward + backward) / N, next to PyTorch eager
+doing the same when it is installed, and to a plain NumPy loop doing the arithmetic without any autograd.
+Run: pytest benchmarks/bench_engine.py --benchmark-enable
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpugrad
+
+N_TINY = 1000
+
+
+def gpugrad_chain(n):
+    x = gpugrad.tensor(np.ones(4, np.float32), requires_grad=True)
+
+    def run():
+        y = x
+        for _ in range(n):
+            y = y * 1.0001
+        y.sum().backward()
+        x.grad = None
+
+    return run
+
+
+def numpy_chain(n):
+    x = np.ones(4, np.float32)
+
+    def run():
+        y, g = x, np.ones(4, np.float32)
+        for _ in range(n):
+            y = y * np.float32(1.0001)
+        for _ in range(n):
+            g = g * np.float32(1.0001)
+        return g
+
+    return run
+
+
+def torch_chain(torch, n):
+    x = torch.ones(4, requires_grad=True)
+
+    def run():
+        y = x
+        for _ in range(n):
+            y = y * 1.0001
+        y.sum().backward()
+        x.grad = None
+
+    return run
+
+
+@pytest.mark.parametrize("impl", ["numpy", "gpugrad", "torch"])
+def test_tiny_op_overhead(benchmark, impl):
+    """1,000 tiny multiplies forward + backward; divide the time by 1,000 for µs per op."""
+    benchmark.group = "engine-tiny-ops-x1000"
+    if impl == "torch":
+        torch = pytest.importorskip("torch")
+        torch.set_num_threads(1)
+        benchmark(torch_chain(torch, N_TINY))
+    else:
+        benchmark({"numpy": numpy_chain, "gpugrad": gpugrad_chain}[impl](N_TINY))
+
+
+@pytest.mark.parametrize("length", [10_000, 100_000])
+def test_long_chain(benchmark, length):
+    """Backward through a long chain: must not recurse, and time should grow linearly with length."""
+    benchmark.group = "engine-chain"
+    benchmark.pedantic(gpugrad_chain(length), rounds=3, iterations=1)
