@@ -85,6 +85,7 @@ class Op(Node):
 
     double_backward = False
     changes_device = False
+    _name = None
     saved = None
     _saved_refs = None
     _released = False
@@ -95,7 +96,7 @@ class Op(Node):
 
     def name(self) -> str:
         # Some ops are named by case, as torch does (MmBackward0 vs DotBackward0): they set `_name`.
-        return self.__dict__.get("_name") or self.backward_name()
+        return self._name or self.backward_name()
 
     def save_for_backward(self, *arrays):
         self.saved = arrays
