@@ -20,4 +20,4 @@ float, double, long = float32, float64, int64
 
 __version__ = "0.1.0"
 
-from gpugrad import nn  # noqa: E402  (needs Tensor)
+from gpugrad import data, nn, optim  # noqa: E402  (they need Tensor)

@@ -57,6 +57,10 @@ class Tensor:
         if requires_grad:
             self.requires_grad_(True)
 
+    def __reduce__(self):
+        # Pickle/deepcopy by value: host data, device and flags (the backend holds modules, which do not pickle).
+        return _rebuild, (type(self), self._backend.to_host(self._data), str(self.device), self._requires_grad)
+
     @staticmethod
     def _wrap(array, node=None, backend=None):
         """A gradient array as a Tensor (no graph)."""
@@ -530,6 +534,13 @@ class Tensor:
         key = _index_key(key, self)
         value = self._other(value)
         return self._inplace("__setitem__", lambda: _index_put(self, key, value), value)
+
+
+def _rebuild(cls, array, device, requires_grad):
+    t = Tensor(array, device=device)
+    if cls is not Tensor:  # nn.Parameter
+        return cls(t, requires_grad=requires_grad)
+    return t.requires_grad_() if requires_grad else t
 
 
 def _no_grad():

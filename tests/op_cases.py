@@ -47,6 +47,7 @@ class OpCase:
 T4 = np.array([1, 0, 3, 3], dtype=np.int64)
 IDX = np.array([2, 0, 2], dtype=np.int64)
 GATHER_IDX = np.array([[0, 2, 1, 2], [1, 1, 0, 0], [2, 0, 0, 1]], dtype=np.int64)
+EMB_IDS = np.array([[4, 0, 4], [1, 1, 2]], dtype=np.int64)
 MASK34 = np.array([[True, False, True, False], [False, False, True, True], [True, True, False, True]])
 U34 = np.random.default_rng(7).random((3, 4))
 C_GELU = np.sqrt(2 / np.pi)
@@ -192,6 +193,12 @@ CASES = [
            lambda x: np_xent(x, T4).sum(), [((4, 5),)], op="cross_entropy"),
     OpCase("cross_entropy_none", lambda x: F.cross_entropy(x, gpugrad.tensor(T4), reduction="none"),
            lambda x: np_xent(x, T4), [((4, 5),)], op="cross_entropy"),
+    OpCase("layer_norm", lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, eps=1e-5),
+           lambda x, w, b: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b,
+           [((4, 6), (6,), (6,)), ((2, 3, 5), (5,), (5,))], gpu_kernels=("layer_norm_fwd", "layer_norm_bwd"),
+           torch_fn=lambda x, w, b: __import__("torch").nn.functional.layer_norm(x, x.shape[-1:], w, b, eps=1e-5)),
+    OpCase("embedding", lambda w: F.embedding(gpugrad.tensor(EMB_IDS), w), lambda w: w[EMB_IDS], [((5, 3),)],
+           torch_fn=lambda w: __import__("torch").nn.functional.embedding(_t(__import__("torch"), EMB_IDS), w)),
     OpCase("token_logprob", lambda x: F.token_logprob(x, gpugrad.tensor(T4)), lambda x: -np_xent(x, T4), [((4, 5),)],
            gpu_kernels=("token_logprob_fwd", "token_logprob_bwd")),
 ]

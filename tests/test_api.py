@@ -104,3 +104,14 @@ def test_bad_shapes_give_clear_errors():
         gpugrad.nn.functional.cross_entropy(a, gpugrad.tensor([0, 1, 9]))
     with pytest.raises(ValueError, match="reduction"):
         gpugrad.nn.functional.cross_entropy(a, gpugrad.tensor([0, 1, 2]), reduction="avg")
+
+
+def test_pickle_round_trip():
+    import pickle
+
+    x = gpugrad.tensor([[1.0, 2.0]], requires_grad=True)
+    y = pickle.loads(pickle.dumps(x))
+    assert y.tolist() == x.tolist() and y.requires_grad and y.dtype == x.dtype and y is not x
+    p = gpugrad.nn.Parameter(gpugrad.zeros(2))
+    q = pickle.loads(pickle.dumps(p))
+    assert isinstance(q, gpugrad.nn.Parameter) and q.requires_grad

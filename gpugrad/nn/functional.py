@@ -1,9 +1,12 @@
 """``gpugrad.nn.functional``: the functions layers are made of.  Compositions get no op class of their own."""
 from __future__ import annotations
 
+from math import prod as _prod
+
 from gpugrad.ops.activation import BiasAct, Dropout
 from gpugrad.ops.loss import CrossEntropy, TokenLogProb
 from gpugrad.ops.matmul import Linear
+from gpugrad.ops.norm import Embedding as _Embedding, LayerNorm as _LayerNorm
 from gpugrad.random import generator
 from gpugrad._tensor import Tensor, _index_array
 
@@ -88,3 +91,24 @@ def mse_loss(input, target, reduction="mean"):
         raise ValueError(f"mse_loss: input {input.shape} and target {target.shape} must have the same shape")
     err = (input - target) * (input - target)
     return {"mean": err.mean, "sum": err.sum, "none": lambda: err}[reduction]()
+
+
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the trailing ``normalized_shape`` axes (biased var)."""
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not ns or len(ns) > x.ndim or tuple(x.shape[x.ndim - len(ns):]) != ns:
+        raise ValueError(f"layer_norm: normalized_shape {ns} does not match the trailing axes of input {x.shape}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != ns:
+            raise ValueError(f"layer_norm: {name} has shape {t.shape}, expected normalized_shape {ns}")
+    return _LayerNorm.apply(x, weight, bias, n=_prod(ns), eps=float(eps))
+
+
+def embedding(input, weight, padding_idx=None):
+    """weight[input]: rows of the (num, dim) table for integer ids of any shape (output: ids.shape + (dim,))."""
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got {weight.shape}")
+    ids = _index_array(input, weight, "embedding")
+    return _Embedding.apply(weight, ids=ids, padding_idx=padding_idx)

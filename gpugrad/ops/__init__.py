@@ -15,4 +15,4 @@ def register(name: str):
     return deco
 
 
-from gpugrad.ops import activation, arith, convert, loss, matmul, movement, reduce, softmax  # noqa: E402,F401
+from gpugrad.ops import activation, arith, convert, loss, matmul, movement, norm, reduce, softmax  # noqa: E402,F401

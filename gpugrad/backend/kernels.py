@@ -1,0 +1,563 @@
+"""CuPy launchers for the hand-written kernels in ``kernels/*.cu``.
+
+Every launcher has the signature of its NumPy/CuPy reference in ``backend/reference.py`` (``name(xp, *arrays,
+**params)``): the CPU backend runs the reference, the CUDA backend runs the kernel, tests compare the two.
+Nothing here imports CuPy at import time: all CuPy calls go through a *runtime* (``runtime()``; default
+:class:`CupyRuntime`, lazily importing CuPy), which tests swap for the CPU emulator with :func:`use_runtime`::
+
+    with kernels.use_runtime(EmuRuntime(source_for_family=kernels.source, include_dirs=[kernel_dir()])):
+        y = kernels.softmax_fwd(np, x)
+
+Runtime protocol: ``xp``; ``raw_kernel(family, name_expr)`` -> ``k(grid, block, args, shared_mem=0)``;
+``elementwise(family, in_params, out_params, operation, name)`` -> a ``cupy.ElementwiseKernel``-like callable;
+``empty(shape, dtype)``, ``zeros(shape, dtype)``, ``ascontiguousarray(a)``.
+Scalar kernel arguments are passed as Python ``int`` (-> ``long long``) and ``float`` (-> ``double``), the types
+CuPy gives Python scalars, so every raw kernel declares its scalars as ``long long`` / ``double``.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import contextvars
+import functools
+import math
+import pathlib
+
+CALLS: collections.Counter = collections.Counter()  # launcher name -> launches; proves the kernel path ran
+
+
+def kernel_dir() -> pathlib.Path:
+    """``gpugrad/_kernels`` inside an installed wheel, else ``<repo>/kernels``."""
+    pkg = pathlib.Path(__file__).resolve().parent.parent
+    wheel = pkg / "_kernels"
+    return wheel if wheel.is_dir() else pkg.parent / "kernels"
+
+
+# The same options go to CuPy (RawModule, ElementwiseKernel) and to the NVRTC check (testing/nvrtc_check.py).
+OPTIONS = ("-std=c++17", f"-I{kernel_dir()}")
+FAMILIES = ("elementwise", "reduce", "loss", "norm", "optim")
+
+
+@functools.cache
+def source(family: str) -> str:
+    """The text of ``kernels/<family>.cu``, with a ``#line`` so compiler errors point at the .cu file."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown kernel family {family!r}; expected one of {FAMILIES}")
+    path = kernel_dir() / f"{family}.cu"
+    return f'#line 1 "{path}"\n' + path.read_text()
+
+
+CTYPES = {"float32": "float", "float64": "double"}
+ACT_IDS = {"identity": 0, "relu": 1, "gelu": 2, "sigmoid": 3, "tanh": 4}  # = GG_ACT_* in elementwise.cu
+
+# Raw kernels per family; each is a template instantiated for float and double (bias_act_bwd also per activation).
+RAW_KERNELS = {
+    "elementwise": ("bias_act_bwd",),
+    "reduce": ("softmax_fwd", "softmax_bwd", "log_softmax_fwd", "log_softmax_bwd", "logsumexp_fwd", "logsumexp_bwd",
+               "sum_rows"),
+    "loss": ("softmax_xent_fwd", "softmax_xent_bwd"),
+    "norm": ("layer_norm_fwd", "layer_norm_bwd", "layer_norm_bwd_wb"),
+    "optim": ("sgd_update_", "adam_update_"),
+}
+
+
+def _expr(kernel: str, ctype: str, act: str | None = None) -> str:
+    return f"{kernel}<{ctype}, {ACT_IDS[act]}>" if act else f"{kernel}<{ctype}>"
+
+
+def _instantiations(kernel):
+    acts = ACT_IDS if kernel == "bias_act_bwd" else (None,)
+    return [_expr(kernel, c, a) for c in CTYPES.values() for a in acts]
+
+
+# Every template instantiation the launchers use: CuPy's RawModule name_expressions and the NVRTC check.
+NAME_EXPRESSIONS = {fam: [e for k in ks for e in _instantiations(k)] for fam, ks in RAW_KERNELS.items()}
+
+# cupy.ElementwiseKernel specs (in_params, out_params, operation) over the device functions of elementwise.cu.
+# The NVRTC check compiles a wrapper kernel per entry from these same strings.
+ELEMENTWISE = {
+    "relu_fwd": ("T x", "T y", "y = relu_fwd(x)"),
+    "relu_bwd": ("T y, T gy", "T gx", "gx = relu_bwd(y, gy)"),
+    "gelu_fwd": ("T x", "T y", "y = gelu_fwd(x)"),
+    "gelu_bwd": ("T x, T gy", "T gx", "gx = gelu_bwd(x, gy)"),
+    "sigmoid_fwd": ("T x", "T y", "y = sigmoid_fwd(x)"),
+    "sigmoid_bwd": ("T y, T gy", "T gx", "gx = sigmoid_bwd(y, gy)"),
+    "tanh_fwd": ("T x", "T y", "y = tanh_fwd(x)"),
+    "tanh_bwd": ("T y, T gy", "T gx", "gx = tanh_bwd(y, gy)"),
+    "bias_identity_fwd": ("T x, T b", "T y", "y = x + b"),
+    "bias_relu_fwd": ("T x, T b", "T y", "y = relu_fwd(x + b)"),
+    "bias_gelu_fwd": ("T x, T b", "T y, T z", "z = x + b; y = gelu_fwd(z)"),  # gelu's backward needs z
+    "bias_sigmoid_fwd": ("T x, T b", "T y", "y = sigmoid_fwd(x + b)"),
+    "bias_tanh_fwd": ("T x, T b", "T y", "y = tanh_fwd(x + b)"),
+    "dropout_fwd": ("T x, U u, U p, T scale", "T y, bool mask", "mask = u >= p; y = mask ? x * scale : T(0)"),
+    "dropout_bwd": ("T gy, bool mask, T scale", "T gx", "gx = mask ? gy * scale : T(0)"),
+    "accumulate_": ("T g", "T acc", "acc += g"),
+}
+
+# launcher -> the kernels it launches ("family:kernel" raw, "ew:key" ELEMENTWISE); tests check both directions.
+USES = {
+    **{f"{a}_{d}": (f"ew:{a}_{d}",) for a in ("relu", "gelu", "sigmoid", "tanh") for d in ("fwd", "bwd")},
+    "bias_act_fwd": tuple(f"ew:bias_{a}_fwd" for a in ACT_IDS),
+    "bias_act_bwd": ("elementwise:bias_act_bwd", "reduce:sum_rows"),
+    "dropout_fwd": ("ew:dropout_fwd",),
+    "dropout_bwd": ("ew:dropout_bwd",),
+    "accumulate_": ("ew:accumulate_",),
+    **{k: (f"reduce:{k}",) for k in RAW_KERNELS["reduce"]},
+    "softmax_xent_fwd": ("loss:softmax_xent_fwd",),
+    "softmax_xent_bwd": ("loss:softmax_xent_bwd",),
+    "token_logprob_fwd": ("loss:softmax_xent_fwd",),
+    "token_logprob_bwd": ("loss:softmax_xent_bwd",),
+    "layer_norm_fwd": ("norm:layer_norm_fwd",),
+    "layer_norm_bwd": ("norm:layer_norm_bwd", "norm:layer_norm_bwd_wb", "reduce:sum_rows"),
+    "sgd_update_": ("optim:sgd_update_",),
+    "adam_update_": ("optim:adam_update_",),
+}
+
+
+# ---- runtimes -------------------------------------------------------------------------------------------------
+class CupyRuntime:
+    """The real GPU path: RawModules memoized per (family, device), ElementwiseKernels per spec (CuPy caches
+    their binaries per device and dtype itself)."""
+
+    def __init__(self):
+        import cupy  # lazy: only a CUDA launch gets here
+
+        self.cupy = self.xp = cupy
+        self._modules, self._functions, self._elementwise = {}, {}, {}
+
+    def raw_kernel(self, family, name_expr):
+        dev = self.cupy.cuda.Device().id
+        fn = self._functions.get((family, name_expr, dev))
+        if fn is None:
+            mod = self._modules.get((family, dev))
+            if mod is None:
+                mod = self._modules[family, dev] = self.cupy.RawModule(
+                    code=source(family), options=OPTIONS, name_expressions=NAME_EXPRESSIONS[family])
+            fn = self._functions[family, name_expr, dev] = mod.get_function(name_expr)
+        return fn
+
+    def elementwise(self, family, in_params, out_params, operation, name):
+        key = (family, in_params, out_params, operation, name)
+        k = self._elementwise.get(key)
+        if k is None:
+            k = self._elementwise[key] = self.cupy.ElementwiseKernel(
+                in_params, out_params, operation, name, preamble=source(family), options=OPTIONS)
+        return k
+
+    def empty(self, shape, dtype):
+        return self.cupy.empty(shape, dtype)
+
+    def zeros(self, shape, dtype):
+        return self.cupy.zeros(shape, dtype)
+
+    def ascontiguousarray(self, a):
+        return self.cupy.ascontiguousarray(a)
+
+
+_default_runtime = None
+_runtime_override: contextvars.ContextVar = contextvars.ContextVar("gpugrad_kernel_runtime", default=None)
+
+
+def runtime():
+    """The runtime launchers use: the innermost :func:`use_runtime`, else the (lazily built) CupyRuntime."""
+    global _default_runtime
+    rt = _runtime_override.get()
+    if rt is not None:
+        return rt
+    if _default_runtime is None:
+        _default_runtime = CupyRuntime()
+    return _default_runtime
+
+
+@contextlib.contextmanager
+def use_runtime(rt):
+    token = _runtime_override.set(rt)
+    try:
+        yield rt
+    finally:
+        _runtime_override.reset(token)
+
+
+# ---- validation and launch shapes ---------------------------------------------------------------------------
+def _describe(arrays):
+    return ", ".join(f"{tuple(a.shape)} {a.dtype}" for a in arrays)
+
+
+def _check_float(name, *arrays):
+    """All float32 or all float64 (one dtype); returns the C type name."""
+    dt = arrays[0].dtype
+    if dt.name not in CTYPES or any(a.dtype != dt for a in arrays):
+        raise TypeError(f"{name}: expected float32 or float64 arrays of one dtype, got {_describe(arrays)}")
+    return CTYPES[dt.name]
+
+
+def _check_shapes(name, shape, *arrays):
+    if any(tuple(a.shape) != tuple(shape) for a in arrays):
+        raise ValueError(f"{name}: expected arrays of shape {tuple(shape)}, got {_describe(arrays)}")
+
+
+def _check_2d(name, x):
+    if x.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D (rows, cols) array, got {_describe([x])}")
+    if x.shape[0] > 2**31 - 1:
+        raise ValueError(f"{name}: {x.shape[0]} rows exceed the grid limit 2**31 - 1")
+
+
+def row_block(cols: int, itemsize: int) -> int:
+    """Threads per row block: the smallest power of two in [32, 1024] with cols <= K * threads, K the register
+    cache per thread (8 floats / 4 doubles, common.cuh RowCache), so rows that fit are read once. Powers of two
+    >= 32 because block reductions need whole warps; small blocks for short rows keep many rows per SM;
+    1024 is the hardware limit, beyond it threads loop over chunks."""
+    need = -(-cols // (32 // itemsize))
+    block = 32
+    while block < need and block < 1024:
+        block *= 2
+    return block
+
+
+_COL_TARGET_BLOCKS = 2048  # ~2 waves of 256-thread blocks on a 132-SM H100/H200
+_COL_MIN_ROWS = 64  # rows per chunk below which another partial-sum pass costs more than it saves
+
+
+def _column_plan(rows, cols):
+    """(grid, rows_per_chunk) for the (32, 8)-block column kernels: split rows into chunks until the grid fills
+    the GPU; each chunk writes its own partial row (summed again by sum_rows, so no atomics)."""
+    col_blocks = -(-cols // 32)
+    chunks = max(1, min(-(-_COL_TARGET_BLOCKS // col_blocks), -(-rows // _COL_MIN_ROWS), 65535))
+    per_chunk = -(-rows // chunks)
+    return (col_blocks, -(-rows // per_chunk)), per_chunk
+
+
+def _column_sum(rt, g):
+    """Deterministic sum over axis 0 of a C-contiguous 2-D array with rows, cols > 0 (one or more passes)."""
+    rows, cols = g.shape
+    while True:
+        grid, per_chunk = _column_plan(rows, cols)
+        out = rt.empty((grid[1], cols), g.dtype)
+        rt.raw_kernel("reduce", _expr("sum_rows", CTYPES[g.dtype.name]))(grid, (32, 8), (g, out, rows, cols, per_chunk))
+        if grid[1] == 1:
+            return out.reshape(cols)
+        g, rows = out, grid[1]
+
+
+def _ew(key):
+    return runtime().elementwise("elementwise", *ELEMENTWISE[key], f"gg_{key}")
+
+
+def _launch_rows(rt, family, kernel, x, args):
+    """One block per row of the 2-D array x."""
+    rows, cols = x.shape
+    if rows:
+        block = row_block(cols, x.dtype.itemsize)
+        rt.raw_kernel(family, _expr(kernel, CTYPES[x.dtype.name]))((rows,), (block,), args)
+
+
+# ---- elementwise --------------------------------------------------------------------------------------------
+def _pointwise(name, *arrays):
+    _check_float(name, *arrays)
+    _check_shapes(name, arrays[0].shape, *arrays)
+    CALLS[name] += 1
+    return _ew(name)(*arrays)
+
+
+def relu_fwd(xp, x):
+    return _pointwise("relu_fwd", x)
+
+
+def relu_bwd(xp, y, gy):
+    return _pointwise("relu_bwd", y, gy)
+
+
+def gelu_fwd(xp, x):
+    return _pointwise("gelu_fwd", x)
+
+
+def gelu_bwd(xp, x, gy):
+    return _pointwise("gelu_bwd", x, gy)
+
+
+def sigmoid_fwd(xp, x):
+    return _pointwise("sigmoid_fwd", x)
+
+
+def sigmoid_bwd(xp, y, gy):
+    return _pointwise("sigmoid_bwd", y, gy)
+
+
+def tanh_fwd(xp, x):
+    return _pointwise("tanh_fwd", x)
+
+
+def tanh_bwd(xp, y, gy):
+    return _pointwise("tanh_bwd", y, gy)
+
+
+def _check_act(name, act):
+    if act not in ACT_IDS:
+        raise ValueError(f"{name}: act must be one of {tuple(ACT_IDS)}, got {act!r}")
+
+
+def bias_act_fwd(xp, x, b, act):
+    """(y, saved) with y = act(x + b), b (C,) broadcast over x's last axis; saved = z = x + b for gelu, else y."""
+    _check_act("bias_act_fwd", act)
+    _check_float("bias_act_fwd", x, b)
+    if x.ndim < 1 or b.shape != (x.shape[-1],):
+        raise ValueError(f"bias_act_fwd: expected x (..., C) and b (C,), got {_describe([x, b])}")
+    CALLS["bias_act_fwd"] += 1
+    out = _ew(f"bias_{act}_fwd")(x, b)
+    return out if act == "gelu" else (out, out)
+
+
+def bias_act_bwd(xp, x_or_y, gy, act):
+    """(gz, gb): gz = dL/d(x + b) from what bias_act_fwd saved, gb = gz summed over all leading axes."""
+    name = "bias_act_bwd"
+    _check_act(name, act)
+    ctype = _check_float(name, x_or_y, gy)
+    _check_shapes(name, gy.shape, x_or_y)
+    if gy.ndim < 1:
+        raise ValueError(f"{name}: expected arrays of shape (..., C), got {_describe([gy])}")
+    rt = runtime()
+    CALLS[name] += 1
+    cols = gy.shape[-1]
+    rows = math.prod(gy.shape[:-1])
+    gz = rt.empty(gy.shape, gy.dtype)
+    if rows == 0 or cols == 0:
+        return gz, rt.zeros((cols,), gy.dtype)
+    saved2 = rt.ascontiguousarray(x_or_y).reshape(rows, cols)
+    gy2 = rt.ascontiguousarray(gy).reshape(rows, cols)
+    grid, per_chunk = _column_plan(rows, cols)
+    partial = rt.empty((grid[1], cols), gy.dtype)
+    rt.raw_kernel("elementwise", _expr(name, ctype, act))(
+        grid, (32, 8), (saved2, gy2, gz.reshape(rows, cols), partial, rows, cols, per_chunk))
+    gb = partial.reshape(cols) if grid[1] == 1 else _column_sum(rt, partial)
+    return gz, gb
+
+
+def _dropout_scale(name, p):
+    p = float(p)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name}: p must be in [0, 1], got {p}")
+    return 0.0 if p == 1.0 else 1.0 / (1.0 - p)  # p == 1 drops everything: y = 0, not 0 * inf
+
+
+def dropout_fwd(xp, x, p, u):
+    """(y, mask): mask = u >= p (bool), y = x * mask / (1 - p); u uniform [0, 1) randoms of x's shape."""
+    _check_float("dropout_fwd", x)
+    _check_float("dropout_fwd", u)
+    _check_shapes("dropout_fwd", x.shape, u)
+    scale = _dropout_scale("dropout_fwd", p)
+    CALLS["dropout_fwd"] += 1
+    # NOTE: p is compared in u's dtype and scale applied in x's, exactly as the reference does.
+    return _ew("dropout_fwd")(x, u, u.dtype.type(p), x.dtype.type(scale))
+
+
+def dropout_bwd(xp, gy, mask, p):
+    """gx = gy * mask / (1 - p)."""
+    _check_float("dropout_bwd", gy)
+    _check_shapes("dropout_bwd", gy.shape, mask)
+    if mask.dtype != bool:
+        mask = mask.astype(bool)
+    scale = _dropout_scale("dropout_bwd", p)
+    CALLS["dropout_bwd"] += 1
+    return _ew("dropout_bwd")(gy, mask, gy.dtype.type(scale))
+
+
+def accumulate_(xp, acc, g):
+    """acc += g in place (same shape and dtype); returns acc."""
+    _check_float("accumulate_", acc, g)
+    _check_shapes("accumulate_", acc.shape, g)
+    CALLS["accumulate_"] += 1
+    _ew("accumulate_")(g, acc)
+    return acc
+
+
+# ---- row reductions (reduce.cu) -----------------------------------------------------------------------------
+def _rows_in(name, x, like=(), row_vectors=(), col_vectors=()):
+    """Validate everything before touching the runtime: a 2-D float x, arrays of its shape (like), per-row (rows,)
+    and per-column (cols,) vectors (None allowed) of its dtype. Then count the launch and return the runtime and
+    C-contiguous versions, in that order."""
+    _check_2d(name, x)
+    _check_float(name, x, *like, *row_vectors, *(c for c in col_vectors if c is not None))
+    _check_shapes(name, x.shape, *like)
+    _check_shapes(name, x.shape[:1], *row_vectors)
+    _check_shapes(name, x.shape[1:], *(c for c in col_vectors if c is not None))
+    rt = runtime()
+    CALLS[name] += 1
+    return (rt, *(None if a is None else rt.ascontiguousarray(a) for a in (x, *like, *row_vectors, *col_vectors)))
+
+
+def softmax_fwd(xp, x):
+    rt, x = _rows_in("softmax_fwd", x)
+    y = rt.empty(x.shape, x.dtype)
+    _launch_rows(rt, "reduce", "softmax_fwd", x, (x, y, x.shape[1]))
+    return y
+
+
+def softmax_bwd(xp, y, gy):
+    rt, y, gy = _rows_in("softmax_bwd", y, [gy])
+    gx = rt.empty(y.shape, y.dtype)
+    _launch_rows(rt, "reduce", "softmax_bwd", y, (y, gy, gx, y.shape[1]))
+    return gx
+
+
+def log_softmax_fwd(xp, x):
+    rt, x = _rows_in("log_softmax_fwd", x)
+    y = rt.empty(x.shape, x.dtype)
+    _launch_rows(rt, "reduce", "log_softmax_fwd", x, (x, y, x.shape[1]))
+    return y
+
+
+def log_softmax_bwd(xp, y, gy):
+    rt, y, gy = _rows_in("log_softmax_bwd", y, [gy])
+    gx = rt.empty(y.shape, y.dtype)
+    _launch_rows(rt, "reduce", "log_softmax_bwd", y, (y, gy, gx, y.shape[1]))
+    return gx
+
+
+def logsumexp_fwd(xp, x):
+    rt, x = _rows_in("logsumexp_fwd", x)
+    lse = rt.empty((x.shape[0],), x.dtype)
+    _launch_rows(rt, "reduce", "logsumexp_fwd", x, (x, lse, x.shape[1]))
+    return lse
+
+
+def logsumexp_bwd(xp, x, lse, glse):
+    rt, x, lse, glse = _rows_in("logsumexp_bwd", x, row_vectors=[lse, glse])
+    gx = rt.empty(x.shape, x.dtype)
+    _launch_rows(rt, "reduce", "logsumexp_bwd", x, (x, lse, glse, gx, x.shape[1]))
+    return gx
+
+
+def sum_rows(xp, g):
+    """Column sums of a 2-D array (the sum over axis 0) -> (cols,); deterministic."""
+    rt, g = _rows_in("sum_rows", g)
+    rows, cols = g.shape
+    if rows == 0 or cols == 0:
+        return rt.zeros((cols,), g.dtype)
+    return _column_sum(rt, g)
+
+
+# ---- losses (loss.cu) ---------------------------------------------------------------------------------------
+def _check_targets(name, x, t):
+    if t.dtype.kind not in "iu" or tuple(t.shape) != tuple(x.shape[:1]):
+        raise TypeError(f"{name}: expected integer class ids of shape ({x.shape[0]},), got {_describe([t])}")
+
+
+def _xent_fwd(name, x, t, sign):
+    _check_targets(name, x, t)
+    rt, x = _rows_in(name, x)
+    t = rt.ascontiguousarray(t.astype("int64", copy=False))
+    out, lse = rt.empty((x.shape[0],), x.dtype), rt.empty((x.shape[0],), x.dtype)
+    _launch_rows(rt, "loss", "softmax_xent_fwd", x, (x, t, out, lse, x.shape[1], sign))
+    return out, lse
+
+
+def _xent_bwd(name, x, t, lse, g, sign):
+    _check_targets(name, x, t)
+    rt, x, lse, g = _rows_in(name, x, row_vectors=[lse, g])
+    t = rt.ascontiguousarray(t.astype("int64", copy=False))
+    gx = rt.empty(x.shape, x.dtype)
+    _launch_rows(rt, "loss", "softmax_xent_bwd", x, (x, t, lse, g, gx, x.shape[1], sign))
+    return gx
+
+
+def softmax_xent_fwd(xp, x, t):
+    """(loss, lse), loss_i = lse_i - x[i, t_i]; NaN where t_i is outside [0, cols) (checked by the op on CPU)."""
+    return _xent_fwd("softmax_xent_fwd", x, t, 1.0)
+
+
+def softmax_xent_bwd(xp, x, t, lse, gloss):
+    """gx = gloss_i * (softmax(x)_i - onehot(t_i)); NaN rows for invalid targets."""
+    return _xent_bwd("softmax_xent_bwd", x, t, lse, gloss, 1.0)
+
+
+def token_logprob_fwd(xp, x, t):
+    """(logp, lse), logp_i = x[i, t_i] - lse_i = log_softmax(x)[i, t_i] (the cross-entropy kernel, sign -1)."""
+    return _xent_fwd("token_logprob_fwd", x, t, -1.0)
+
+
+def token_logprob_bwd(xp, x, t, lse, glogp):
+    """gx = glogp_i * (onehot(t_i) - softmax(x)_i)."""
+    return _xent_bwd("token_logprob_bwd", x, t, lse, glogp, -1.0)
+
+
+# ---- layer norm (norm.cu) -----------------------------------------------------------------------------------
+def _filled_if_none(rt, w, x, fill):
+    """A layer without affine parameters (w is None) runs the same kernel with constant ones / zeros."""
+    if w is None:
+        w = rt.empty((x.shape[1],), x.dtype)
+        w[...] = fill
+    return w
+
+
+def layer_norm_fwd(xp, x, w, b, eps):
+    """(y, mean, rstd) over the last axis of a 2-D x; w, b (cols,) or None (no affine)."""
+    name = "layer_norm_fwd"
+    rt, x, w, b = _rows_in(name, x, col_vectors=[w, b])
+    w, b = _filled_if_none(rt, w, x, 1), _filled_if_none(rt, b, x, 0)
+    y = rt.empty(x.shape, x.dtype)
+    mean, rstd = rt.empty((x.shape[0],), x.dtype), rt.empty((x.shape[0],), x.dtype)
+    _launch_rows(rt, "norm", name, x, (x, w, b, y, mean, rstd, x.shape[1], float(eps)))
+    return y, mean, rstd
+
+
+def layer_norm_bwd(xp, x, w, mean, rstd, gy):
+    """(gx, gw, gb) from the saved mean and rstd; w None means no affine (gw, gb still returned)."""
+    name = "layer_norm_bwd"
+    rt, x, gy, mean, rstd, w = _rows_in(name, x, like=[gy], row_vectors=[mean, rstd], col_vectors=[w])
+    w = _filled_if_none(rt, w, x, 1)
+    rows, cols = x.shape
+    gx = rt.empty(x.shape, x.dtype)
+    _launch_rows(rt, "norm", name, x, (x, w, mean, rstd, gy, gx, cols))
+    if rows == 0 or cols == 0:
+        return gx, rt.zeros((cols,), x.dtype), rt.zeros((cols,), x.dtype)
+    grid, per_chunk = _column_plan(rows, cols)
+    pw, pb = rt.empty((grid[1], cols), x.dtype), rt.empty((grid[1], cols), x.dtype)
+    rt.raw_kernel("norm", _expr("layer_norm_bwd_wb", CTYPES[x.dtype.name]))(
+        grid, (32, 8), (x, mean, rstd, gy, pw, pb, rows, cols, per_chunk))
+    if grid[1] == 1:
+        return gx, pw.reshape(cols), pb.reshape(cols)
+    return gx, _column_sum(rt, pw), _column_sum(rt, pb)
+
+
+# ---- optimizers (optim.cu) ----------------------------------------------------------------------------------
+_OPTIM_BLOCK, _OPTIM_MAX_GRID = 256, 4096
+
+
+def _optim_in(name, p, g, *state):
+    """p and the state are updated in place, so they must already be C-contiguous; g may be any layout."""
+    ctype = _check_float(name, p, g, *state)
+    _check_shapes(name, p.shape, g, *state)
+    for a in (p, *state):
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{name}: in-place buffers must be C-contiguous, got strides {a.strides} for {a.shape}")
+    rt = runtime()
+    CALLS[name] += 1
+    grid = (max(1, min(-(-p.size // _OPTIM_BLOCK), _OPTIM_MAX_GRID)),)
+    return rt, ctype, rt.ascontiguousarray(g), grid
+
+
+def sgd_update_(xp, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
+    """torch.optim.SGD step in place on p (and buf, unused and may be None when momentum == 0)."""
+    name = "sgd_update_"
+    if momentum != 0 and buf is None:
+        raise ValueError(f"{name}: momentum={momentum} needs a momentum buffer")
+    rt, ctype, g, grid = _optim_in(name, p, g, *(() if buf is None else (buf,)))
+    if p.size:
+        rt.raw_kernel("optim", _expr(name, ctype))(
+            grid, (_OPTIM_BLOCK,), (p, g, p if buf is None else buf, p.size, float(lr), float(momentum),
+                                    float(dampening), float(weight_decay), int(bool(nesterov)), int(bool(first_step))))
+
+
+def adam_update_(xp, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, decoupled):
+    """torch.optim.Adam (decoupled=False, L2) / AdamW (decoupled=True) step in place; step counts from 1."""
+    name = "adam_update_"
+    if int(step) < 1:
+        raise ValueError(f"{name}: step counts from 1 (the value after increment), got {step}")
+    rt, ctype, g, grid = _optim_in(name, p, g, m, v)
+    bc1, bc2 = 1.0 - float(beta1) ** int(step), 1.0 - float(beta2) ** int(step)
+    if p.size:
+        rt.raw_kernel("optim", _expr(name, ctype))(
+            grid, (_OPTIM_BLOCK,), (p, g, m, v, p.size, float(beta1), float(beta2), float(eps), float(weight_decay),
+                                    1.0 - float(lr) * float(weight_decay), int(bool(decoupled)), float(lr) / bc1,
+                                    bc2 ** 0.5))

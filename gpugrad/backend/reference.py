@@ -1,0 +1,232 @@
+"""Array-module references for every kernel in ``kernels/*.cu`` (``xp`` is numpy or cupy; no CuPy import here).
+
+Each function has the signature of its launcher in ``backend/kernels.py``; the CPU backend runs these, and the
+tests hold the kernels to them. They accept any layout, keep the input dtype (scalars are rounded to it first, as
+the kernels do) and follow the kernels' conventions for the edge cases: NaN for out-of-range class ids, -inf
+logsumexp for all -inf rows, a mask and not a NaN-propagating product in dropout.
+"""
+from __future__ import annotations
+
+import contextlib
+
+_GELU_K, _GELU_A = 0.7978845608028654, 0.044715  # sqrt(2 / pi) and the cubic coefficient of the tanh approximation
+
+
+def _quiet(xp):
+    """NumPy warns on exp overflow (sigmoid of very negative x is a correct 0); CuPy has no errstate."""
+    errstate = getattr(xp, "errstate", None)
+    return errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore") if errstate else contextlib.nullcontext()
+
+
+def _s(x, value):
+    """A scalar rounded to x's dtype, so arithmetic stays in x's precision whatever the NumPy promotion rules."""
+    return x.dtype.type(value)
+
+
+# ---- elementwise ----------------------------------------------------------------------------------------------
+def relu_fwd(xp, x):
+    return xp.where(x < 0, _s(x, 0), x)  # NaN passes through, as torch.relu
+
+
+def relu_bwd(xp, y, gy):
+    return xp.where(y > 0, gy, _s(gy, 0))  # subgradient 0 at 0
+
+
+def gelu_fwd(xp, x):
+    return _s(x, 0.5) * x * (1 + xp.tanh(_s(x, _GELU_K) * (x + _s(x, _GELU_A) * x * x * x)))
+
+
+def gelu_bwd(xp, x, gy):
+    k, a = _s(x, _GELU_K), _s(x, _GELU_A)
+    x2 = x * x
+    t = xp.tanh(k * (x + a * x2 * x))
+    return gy * (_s(x, 0.5) * (1 + t) + _s(x, 0.5) * x * (1 - t * t) * k * (1 + _s(x, 3) * a * x2))
+
+
+def sigmoid_fwd(xp, x):
+    with _quiet(xp):
+        return 1 / (1 + xp.exp(-x))
+
+
+def sigmoid_bwd(xp, y, gy):
+    return gy * y * (1 - y)
+
+
+def tanh_fwd(xp, x):
+    return xp.tanh(x)
+
+
+def tanh_bwd(xp, y, gy):
+    return gy * (1 - y * y)
+
+
+_ACT_FWD = {"identity": lambda xp, z: z, "relu": relu_fwd, "gelu": gelu_fwd, "sigmoid": sigmoid_fwd, "tanh": tanh_fwd}
+_ACT_BWD = {"identity": lambda xp, s, gy: gy.copy(), "relu": relu_bwd, "gelu": gelu_bwd, "sigmoid": sigmoid_bwd,
+            "tanh": tanh_bwd}
+
+
+def bias_act_fwd(xp, x, b, act):
+    """(y, saved): y = act(x + b); saved = z = x + b for gelu (its derivative needs the input), else y."""
+    z = x + b
+    y = _ACT_FWD[act](xp, z)
+    return (y, z) if act == "gelu" else (y, y)
+
+
+def bias_act_bwd(xp, x_or_y, gy, act):
+    """(gz, gb): gz = dL/dz from the saved value, gb = gz summed over every axis but the last."""
+    gz = _ACT_BWD[act](xp, x_or_y, gy)
+    return gz, gz.reshape(-1, gz.shape[-1]).sum(axis=0)
+
+
+def _dropout_scale(p):
+    return 0.0 if p == 1 else 1.0 / (1.0 - p)
+
+
+def dropout_fwd(xp, x, p, u):
+    """(y, mask): mask = u >= p, y = x * mask / (1 - p) (0 where dropped, even for inf/NaN x)."""
+    mask = u >= _s(u, p)
+    return xp.where(mask, x * _s(x, _dropout_scale(p)), _s(x, 0)), mask
+
+
+def dropout_bwd(xp, gy, mask, p):
+    return xp.where(mask, gy * _s(gy, _dropout_scale(p)), _s(gy, 0))
+
+
+def accumulate_(xp, acc, g):
+    xp.add(acc, g, out=acc)
+    return acc
+
+
+# ---- row reductions over the last axis of a 2-D array ----------------------------------------------------------
+def _max_for_shift(xp, x):
+    """Row max, keepdims; 0 for all -inf rows so that x - m stays -inf (not NaN) and the row's lse is -inf."""
+    m = x.max(axis=-1, keepdims=True)
+    return xp.where(m == -xp.inf, _s(x, 0), m)
+
+
+def logsumexp_fwd(xp, x):
+    if x.shape[-1] == 0:
+        return xp.full(x.shape[:-1], -xp.inf, dtype=x.dtype)
+    m = _max_for_shift(xp, x)
+    with _quiet(xp):
+        return (m + xp.log(xp.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def logsumexp_bwd(xp, x, lse, glse):
+    return glse[:, None] * xp.exp(x - lse[:, None])
+
+
+def softmax_fwd(xp, x):
+    if x.shape[-1] == 0:
+        return x.copy()
+    e = xp.exp(x - _max_for_shift(xp, x))
+    with _quiet(xp):
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_bwd(xp, y, gy):
+    return y * (gy - (gy * y).sum(axis=-1, keepdims=True))
+
+
+def log_softmax_fwd(xp, x):
+    with _quiet(xp):
+        return x - logsumexp_fwd(xp, x)[:, None]
+
+
+def log_softmax_bwd(xp, y, gy):
+    return gy - xp.exp(y) * gy.sum(axis=-1, keepdims=True)
+
+
+def sum_rows(xp, g):
+    return g.sum(axis=0)
+
+
+# ---- losses -----------------------------------------------------------------------------------------------------
+def _picked(xp, x, t):
+    """(x[i, t_i], valid_i); out-of-range ids are never used as indices."""
+    rows, cols = x.shape
+    valid = (t >= 0) & (t < cols)
+    if cols == 0:
+        return xp.zeros((rows,), x.dtype), valid
+    return x[xp.arange(rows), xp.where(valid, t, 0)], valid
+
+
+def softmax_xent_fwd(xp, x, t):
+    """(loss, lse): loss_i = lse_i - x[i, t_i], NaN where t_i is outside [0, cols)."""
+    lse = logsumexp_fwd(xp, x)
+    xt, valid = _picked(xp, x, t)
+    return xp.where(valid, lse - xt, _s(x, xp.nan)), lse
+
+
+def token_logprob_fwd(xp, x, t):
+    """(logp, lse): logp_i = x[i, t_i] - lse_i = log_softmax(x)[i, t_i], NaN where t_i is out of range."""
+    lse = logsumexp_fwd(xp, x)
+    xt, valid = _picked(xp, x, t)
+    return xp.where(valid, xt - lse, _s(x, xp.nan)), lse
+
+
+def _xent_grad(xp, x, t, lse, g):
+    """g_i * (softmax(x)_i - onehot(t_i)); NaN rows for invalid t."""
+    valid = (t >= 0) & (t < x.shape[1])
+    onehot = xp.arange(x.shape[1])[None, :] == t[:, None]
+    g = xp.where(valid, g, _s(x, xp.nan))
+    return g[:, None] * (xp.exp(x - lse[:, None]) - onehot.astype(x.dtype))
+
+
+def softmax_xent_bwd(xp, x, t, lse, gloss):
+    return _xent_grad(xp, x, t, lse, gloss)
+
+
+def token_logprob_bwd(xp, x, t, lse, glogp):
+    return _xent_grad(xp, x, t, lse, -glogp)
+
+
+# ---- layer norm ---------------------------------------------------------------------------------------------------
+def layer_norm_fwd(xp, x, w, b, eps):
+    """(y, mean, rstd): y = (x - mean) * rstd * w + b over the last axis, rstd = 1 / sqrt(var + eps), var biased."""
+    mean = x.mean(axis=-1)
+    xc = x - mean[:, None]
+    rstd = 1 / xp.sqrt((xc * xc).mean(axis=-1) + _s(x, eps))
+    y = xc * rstd[:, None]
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y, mean, rstd
+
+
+def layer_norm_bwd(xp, x, w, mean, rstd, gy):
+    """(gx, gw, gb): gx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = gy * w, xhat = (x - mean) * rstd."""
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    g = gy if w is None else gy * w
+    gx = rstd[:, None] * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    return gx, (gy * xhat).sum(axis=0), gy.sum(axis=0)
+
+
+# ---- optimizers (in place, return None) ----------------------------------------------------------------------------
+def sgd_update_(xp, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
+    """torch.optim.SGD: d = g + wd * p; buf = d (first step) or momentum * buf + (1 - dampening) * d;
+    d = d + momentum * buf (nesterov) or buf; p -= lr * d."""
+    d = g + _s(p, weight_decay) * p if weight_decay != 0 else g
+    if momentum != 0:
+        mom = _s(p, momentum)
+        buf[...] = d if first_step else mom * buf + _s(p, 1.0 - dampening) * d
+        d = d + mom * buf if nesterov else buf
+    p[...] = p + _s(p, -lr) * d
+
+
+def adam_update_(xp, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, decoupled):
+    """torch.optim.Adam (L2: g += wd * p) or AdamW (decoupled: p *= 1 - lr * wd), then
+    m = lerp(m, g, 1 - beta1), v = beta2 * v + (1 - beta2) * g^2,
+    p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), bc_k = 1 - beta_k ** step (step counts from 1)."""
+    bc1, bc2 = 1.0 - beta1**step, 1.0 - beta2**step
+    if weight_decay != 0:
+        if decoupled:
+            p[...] = p * _s(p, 1.0 - lr * weight_decay)
+        else:
+            g = g + _s(p, weight_decay) * p
+    w1 = _s(p, 1.0 - beta1)
+    # torch.lerp's two-sided formula (the second form is exact at weight 1)
+    m[...] = m + w1 * (g - m) if w1 < 0.5 else g - (g - m) * (1 - w1)
+    v[...] = v * _s(p, beta2) + _s(p, 1.0 - beta2) * g * g
+    p[...] = p + _s(p, -lr / bc1) * (m / (xp.sqrt(v) / _s(p, bc2**0.5) + _s(p, eps)))

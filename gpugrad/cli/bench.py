@@ -1,0 +1,113 @@
+"""``gpugrad bench``: kernel bandwidth, matmul GFLOP/s, MLP training throughput and engine overhead per device.
+
+Every figure is measured next to its reference in the same run (peak copy bandwidth, a large GEMM, a hand-written
+baseline, PyTorch when installed), so the ratios hold on a shared, noisy machine even when absolute times do not.
+
+    gpugrad bench --quick                       # all available devices, small sizes (< 30 s on 2 CPU cores)
+    gpugrad bench --device cuda --json out.json --plot out.png
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEVICES = ("cpu", "cuda", "all")
+
+
+def _shape(text):
+    try:
+        rows, cols = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ROWSxCOLS such as 1024x4096, got {text!r}") from None
+    if rows < 1 or cols < 1:
+        raise argparse.ArgumentTypeError(f"rows and cols must be positive, got {text!r}")
+    return rows, cols
+
+
+def add_arguments(parser):
+    parser.description = __doc__.split("\n\n")[0]
+    parser.add_argument("--device", choices=DEVICES, default="all",
+                        help="where to measure (default: all: cpu, and cuda when available)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke run)")
+    parser.add_argument("--sizes", type=_shape, metavar="ROWSxCOLS",
+                        help="shape of the kernel inputs (default: per device, see gpugrad.bench.suites.config_for)")
+    parser.add_argument("--json", metavar="PATH", help="write every figure and the environment as JSON")
+    parser.add_argument("--plot", metavar="PATH.png", help="bar chart of fractions of peak (needs matplotlib)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _devices(choice):
+    """([devices to run], {device: reason skipped}); a CUDA request without CUDA raises SystemExit-worthy text."""
+    from gpugrad import cuda
+
+    if choice == "cpu":
+        return ["cpu"], {}
+    if choice == "cuda":
+        if not cuda.is_available():
+            raise RuntimeError(f"--device cuda: CUDA is not available: {cuda.unavailable_reason()}")
+        return ["cuda"], {}
+    return (["cpu", "cuda"], {}) if cuda.is_available() else (["cpu"], {"cuda": cuda.unavailable_reason()})
+
+
+def _progress(total, enabled):
+    """A tick(label) callback drawing a tqdm bar on stderr (only on a terminal unless forced), and its closer."""
+    if not enabled:
+        return (lambda label: None), (lambda: None)
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, file=sys.stderr, unit="step", leave=False, disable=None, dynamic_ncols=True)
+
+    def tick(label):
+        bar.set_postfix_str(label, refresh=False)
+        bar.update(1)
+
+    return tick, bar.close
+
+
+def run(args) -> int:
+    from gpugrad.bench import report, suites
+
+    try:
+        devices, skipped = _devices(args.device)
+    except RuntimeError as e:
+        print(f"gpugrad bench: {e}", file=sys.stderr)
+        return 2
+    if args.plot:  # fail before minutes of measuring, not after
+        from gpugrad.cli.plot import PlotUnavailable, require_matplotlib
+
+        try:
+            require_matplotlib()
+        except PlotUnavailable as e:
+            print(f"gpugrad bench: {e}", file=sys.stderr)
+            return 2
+    env = report.environment()
+    results = {"environment": env, "quick": bool(args.quick), "devices": {}, "skipped": skipped}
+    for device in devices:
+        config = suites.config_for(device, quick=args.quick, shape=args.sizes)
+        tick, close = _progress(config.steps, not args.no_progress)
+        try:
+            results["devices"][device] = suites.run_device(device, config, tick=tick)
+        finally:
+            close()
+        print(report.format_device(results["devices"][device], env), flush=True)
+        print(flush=True)
+    for device, reason in skipped.items():
+        print(f"== {device}: skipped: {reason} ==", flush=True)
+    if args.json:
+        report.write_json(results, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.plot:
+        report.plot_fractions(results, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    """``python -m gpugrad.cli.bench [options]`` (the same as ``gpugrad bench``)."""
+    parser = argparse.ArgumentParser(prog="gpugrad bench")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

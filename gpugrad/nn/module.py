@@ -1,0 +1,339 @@
+"""``Module``: the base class of layers.  Attributes that are Parameters, Modules or buffers are registered by
+``__setattr__``, so ``parameters()``, ``state_dict()``, ``to()`` and ``train()`` find them without boilerplate."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import NamedTuple
+
+import numpy as np
+
+from gpugrad.backend import backend_of, get_backend
+from gpugrad.nn.parameter import Parameter
+from gpugrad._tensor import Tensor
+
+
+class IncompatibleKeys(NamedTuple):
+    missing_keys: list
+    unexpected_keys: list
+
+
+def _host_copy(t):
+    """A host NumPy copy of a tensor's data (never a view: a checkpoint must not change with the model)."""
+    host = t._backend.to_host(t._data)
+    return host.copy() if host is t._data else host  # the CPU's to_host is the array itself
+
+
+def _as_host(value):
+    """A checkpoint value (ndarray, CuPy array, Tensor, list) as a host array."""
+    if isinstance(value, Tensor):
+        return value._backend.to_host(value._data)
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return backend_of(value).to_host(value)
+    except TypeError:
+        return np.asarray(value)
+
+
+def _moved(array, be, dtype):
+    """``array`` on backend ``be`` (a copy only when the device or dtype changes)."""
+    src = backend_of(array)
+    if src is not be:
+        array = be.asarray(src.to_host(array))
+    if dtype is not None and array.dtype.kind == "f" and array.dtype != dtype:
+        array = array.astype(dtype)  # like torch: module.to(dtype) casts floating-point tensors only
+    return array
+
+
+class Module:
+    """Base class of all layers: subclass it, assign Parameters / Modules in ``__init__``, define ``forward``.
+
+    >>> class Affine(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.w = nn.Parameter(gpugrad.ones(3))
+    ...     def forward(self, x):
+    ...         return x * self.w
+    >>> [n for n, _ in Affine().named_parameters()]
+    ['w']
+    """
+
+    def __init__(self):
+        # object.__setattr__: our own __setattr__ needs these dicts to exist already
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} has no forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # -- registration ---------------------------------------------------------------------------------------------
+    def _registry(self):
+        d = self.__dict__.get("_parameters")
+        if d is None:
+            raise AttributeError(f"cannot assign to {type(self).__name__} before Module.__init__() is called "
+                                 "(call super().__init__() first)")
+        return d
+
+    def _forget(self, name):
+        for d in (self._parameters, self._buffers, self._modules):
+            d.pop(name, None)
+        self._non_persistent.discard(name)
+        self.__dict__.pop(name, None)
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Parameter):
+            self._registry()
+            self._forget(name)
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._registry()
+            self._forget(name)
+            self._modules[name] = value
+        elif "_parameters" in self.__dict__ and name in self._parameters:
+            if value is not None:
+                raise TypeError(f"cannot assign {type(value).__name__} as parameter {name!r} "
+                                "(an nn.Parameter or None is expected)")
+            self._parameters[name] = None
+        elif "_modules" in self.__dict__ and name in self._modules:
+            if value is not None:
+                raise TypeError(f"cannot assign {type(value).__name__} as child module {name!r} "
+                                "(an nn.Module or None is expected)")
+            self._modules[name] = None
+        elif "_buffers" in self.__dict__ and name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign {type(value).__name__} as buffer {name!r} (a Tensor or None is "
+                                "expected)")
+            self._buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):  # only called when normal lookup fails
+        for key in ("_parameters", "_buffers", "_modules"):
+            d = self.__dict__.get(key)
+            if d is not None and name in d:
+                return d[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __delattr__(self, name):
+        if name in self._parameters or name in self._buffers or name in self._modules:
+            self._forget(name)
+        else:
+            object.__delattr__(self, name)
+
+    def register_parameter(self, name, param):
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter({name!r}): expected an nn.Parameter or None, "
+                            f"got {type(param).__name__}")
+        self._registry()
+        self._forget(name)
+        self._parameters[name] = param
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """A tensor that is state but not trained (running statistics): moved by ``to()``, saved by
+        ``state_dict()`` unless ``persistent=False``."""
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer({name!r}): expected a Tensor or None, got {type(tensor).__name__}")
+        self._registry()
+        self._forget(name)
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent.add(name)
+
+    def add_module(self, name, module):
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module({name!r}): expected an nn.Module or None, got {type(module).__name__}")
+        self._registry()
+        self._forget(name)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    # -- traversal ------------------------------------------------------------------------------------------------
+    def named_modules(self, memo=None, prefix=""):
+        """(dotted name, module) for self and every descendant, each module once."""
+        memo = set() if memo is None else memo
+        stack = [(prefix, self)]  # explicit stack: deep Sequentials must not hit the recursion limit
+        while stack:
+            name, m = stack.pop()
+            if m in memo:
+                continue
+            memo.add(m)
+            yield name, m
+            kids = [(f"{name}.{k}" if name else k, c) for k, c in m._modules.items() if c is not None]
+            stack.extend(reversed(kids))
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        seen = set()
+        for name, m in self._modules.items():
+            if m is not None and m not in seen:
+                seen.add(m)
+                yield name, m
+
+    def children(self):
+        for _, m in self.named_children():
+            yield m
+
+    def _named(self, attr, prefix, recurse):
+        seen = set()  # shared (tied) tensors are listed once, under their first name
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for mname, m in mods:
+            for name, t in getattr(m, attr).items():
+                if t is not None and t not in seen:
+                    seen.add(t)
+                    yield (f"{mname}.{name}" if mname else name), t
+
+    def named_parameters(self, prefix="", recurse=True):
+        return self._named("_parameters", prefix, recurse)
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True):
+        return self._named("_buffers", prefix, recurse)
+
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def apply(self, fn):
+        """Call ``fn(m)`` on every submodule (children first) and on self, e.g. for custom init."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # -- modes and gradients --------------------------------------------------------------------------------------
+    def train(self, mode=True):
+        for m in self.modules():
+            object.__setattr__(m, "training", bool(mode))
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        """Drop the gradients (``set_to_none``) or zero them in place, keeping each ``.grad`` buffer."""
+        for p in self.parameters():
+            _zero_grad(p, set_to_none)
+
+    # -- state ----------------------------------------------------------------------------------------------------
+    def _state_items(self, prefix=""):
+        """(name, tensor) of every parameter and persistent buffer, torch's order; a shared tensor appears under
+        each of its names (as in torch.state_dict), so a checkpoint never depends on which name came first."""
+        stack = [(prefix, self)]
+        while stack:
+            name, m = stack.pop()
+            dot = f"{name}." if name else ""
+            for k, p in m._parameters.items():
+                if p is not None:
+                    yield dot + k, p
+            for k, b in m._buffers.items():
+                if b is not None and k not in m._non_persistent:
+                    yield dot + k, b
+            stack.extend(reversed([(dot + k, c) for k, c in m._modules.items() if c is not None]))
+
+    def state_dict(self):
+        """name -> host NumPy copy of every parameter and persistent buffer."""
+        return OrderedDict((name, _host_copy(t)) for name, t in self._state_items())
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copy ``state_dict`` values into the existing buffers in place (optimizers keep their references).
+
+        Shape mismatches always raise; missing / unexpected keys raise when ``strict``.  All problems are
+        reported together.  Returns ``(missing_keys, unexpected_keys)``.
+        """
+        own = OrderedDict(self._state_items())
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        errors, values = [], {}
+        for name, t in own.items():
+            if name in state_dict:
+                host = _as_host(state_dict[name])
+                if tuple(host.shape) != tuple(t.shape):
+                    errors.append(f"size mismatch for {name}: copying a param with shape {tuple(host.shape)} from "
+                                  f"checkpoint, the shape in current model is {tuple(t.shape)}.")
+                values[name] = host
+        if strict:
+            if unexpected:
+                errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ".")
+            if missing:
+                errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
+        if errors:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
+        for name, host in values.items():
+            t = own[name]
+            t._data[...] = t._backend.asarray(host)  # in place; casts to the parameter's dtype like copy_
+            t._version_counter[0] += 1
+        return IncompatibleKeys(missing, unexpected)
+
+    # -- devices and dtypes ---------------------------------------------------------------------------------------
+    def to(self, device=None, dtype=None):
+        """Move (and/or cast) every parameter and buffer in place: the Parameter objects stay the same, their
+        ``.data`` (and ``.grad``) are replaced, so build optimizers after moving (as in torch)."""
+        if isinstance(device, (np.dtype, type)) and dtype is None:
+            device, dtype = None, device
+        dtype = None if dtype is None else np.dtype(dtype)
+        if dtype is not None and dtype.kind != "f":
+            raise TypeError(f"Module.to only accepts floating point dtypes, got {dtype}")
+        for m in self.modules():
+            for t in list(m._parameters.values()) + list(m._buffers.values()):
+                if t is None:
+                    continue
+                be = t._backend if device is None else get_backend(device)
+                t.data = _moved(t._data, be, dtype)
+                if t._grad is not None:
+                    t._grad = Tensor._wrap(_moved(t._grad._data, be, dtype), None, be)
+        return self
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else (f"cuda:{device}" if isinstance(device, int) else device))
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def float(self):
+        return self.to(dtype=np.float32)
+
+    def double(self):
+        return self.to(dtype=np.float64)
+
+    # -- printing -------------------------------------------------------------------------------------------------
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
+        extra = self.extra_repr()
+        if not lines:
+            return f"{type(self).__name__}({extra})"
+        body = ([extra] if extra else []) + lines
+        return f"{type(self).__name__}(\n  " + "\n  ".join(body) + "\n)"
+
+
+def _zero_grad(p, set_to_none):
+    g = p._grad
+    if g is None:
+        return
+    if set_to_none:
+        p._grad = None
+    elif g._grad_fn is not None:
+        p._grad = Tensor._wrap(p._backend.xp.zeros_like(g._data), None, p._backend)  # a graph-carrying grad
+    else:
+        g._data.fill(0)  # in place: the buffer (and any flat-buffer view) survives
+        g._version_counter[0] += 1

@@ -1,0 +1,53 @@
+"""``Parameter``: a leaf Tensor that a Module registers as one of its trainable weights."""
+from __future__ import annotations
+
+from gpugrad.autograd.grad_mode import STATE
+from gpugrad.backend import backend_of
+from gpugrad._tensor import Tensor
+
+
+class Parameter(Tensor):
+    """A Tensor that, assigned to a Module attribute, is registered in ``module.parameters()``.
+
+    Wraps ``data`` without copying when it is a Tensor or an array (as torch does), so
+    ``Parameter(t)`` shares memory with ``t``; other array-likes are converted like ``gpugrad.tensor``.
+
+    >>> w = nn.Parameter(gpugrad.zeros(2, 3))
+    >>> w.requires_grad, w.is_leaf
+    (True, True)
+    """
+
+    __slots__ = ()  # Tensor is slotted: an empty __slots__ keeps Parameter as small as a Tensor
+
+    def __init__(self, data=None, requires_grad=True):
+        if data is None:
+            import numpy as np
+
+            data = np.empty((0,), np.float32)
+        if isinstance(data, Tensor):
+            array, be = data._data, data._backend
+        else:
+            try:
+                array, be = data, backend_of(data)  # an ndarray / CuPy array: share it
+            except TypeError:
+                Tensor.__init__(self, data)  # lists, scalars: convert (a fresh buffer)
+                array, be = self._data, self._backend
+        self._data, self._backend = array, be
+        self._requires_grad = False
+        self._grad = self._grad_fn = self._accumulator = self._base = None
+        self._version_counter = [0]
+        self._inference = STATE.inference
+        if requires_grad:
+            self.requires_grad_(True)
+
+    def __deepcopy__(self, memo):
+        # NOTE: Tensor has no pickling support (its backend holds the array module), so copy.deepcopy(model)
+        # needs this: fresh buffers, same device, dtype, requires_grad and gradient values.
+        new = Parameter(self._data.copy(), self._requires_grad)
+        if self._grad is not None:
+            new._grad = Tensor._wrap(self._grad._data.copy(), None, self._backend)
+        memo[id(self)] = new
+        return new
+
+    def __repr__(self):
+        return "Parameter containing:\n" + Tensor.__repr__(self)

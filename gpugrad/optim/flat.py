@@ -1,0 +1,105 @@
+"""Flat buffers: every parameter's data and gradient as views into one contiguous buffer per (device, dtype).
+
+Then zeroing all gradients is one ``fill`` and an optimizer step is one fused kernel launch over the buffer
+instead of one per parameter.  The gradient views are created up front as each parameter's ``.grad``: the
+engine accumulates into an existing leaf ``.grad`` in place, so backward writes straight into the flat buffer
+(a parameter whose ``.grad`` were None would instead get a fresh array of its own).
+
+>>> flat = flatten_parameters(model)            # parameters keep their identity; only .data/.grad move
+>>> loss.backward(); flat.zero_grad()           # one fill per buffer
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from gpugrad._tensor import Tensor
+
+
+class Slot(NamedTuple):
+    """Where one parameter lives: buffer ``key``, elements [start, stop), its data view and grad Tensor."""
+    key: tuple
+    start: int
+    stop: int
+    data: object
+    grad: Tensor
+
+
+class Segment(NamedTuple):
+    """A run of parameters that occupy [start, stop) of buffer ``key`` back to back."""
+    key: tuple
+    start: int
+    stop: int
+    params: list
+
+
+class FlatParams:
+    """The buffers of :func:`flatten_parameters`: ``buffers[(device, dtype)] = (data, grad)`` (1-D arrays),
+    ``slots[param]`` = its :class:`Slot`."""
+
+    def __init__(self, params):
+        self.buffers, self.slots = {}, {}
+        by_key = {}
+        for p in dict.fromkeys(params):  # identity-deduplicated (tied weights), order kept
+            by_key.setdefault((p.device, p.dtype), []).append(p)
+        for key, ps in by_key.items():
+            be = ps[0]._backend
+            total = sum(p.numel() for p in ps)
+            data, grad = be.xp.empty(total, dtype=key[1]), be.xp.zeros(total, dtype=key[1])
+            start = 0
+            for p in ps:
+                stop = start + p.numel()
+                dv, gv = data[start:stop].reshape(p.shape), grad[start:stop].reshape(p.shape)
+                dv[...] = p._data
+                if p._grad is not None:
+                    gv[...] = p._grad._data
+                p.data = dv  # same Parameter object, new home: optimizers and modules keep their references
+                gt = p._grad = Tensor._wrap(gv, None, be)
+                self.slots[p] = Slot(key, start, stop, dv, gt)
+                start = stop
+            self.buffers[key] = (data, grad)
+
+    def zero_grad(self):
+        """Zero every gradient: one fill per buffer; a parameter whose ``.grad`` was dropped or replaced gets
+        its view back."""
+        for _, grad in self.buffers.values():
+            grad.fill(0)
+        for p, s in self.slots.items():
+            if p._grad is not s.grad:
+                p._grad = s.grad
+            s.grad._version_counter[0] += 1
+
+    def attach_grad(self, p):
+        """Make sure p's data and grad are its views (copying a foreign gradient in); False if p has no
+        gradient or no longer lives in the buffer (its ``.data`` was replaced, e.g. by ``Module.to``)."""
+        s = self.slots.get(p)
+        if s is None or p._data is not s.data or p._grad is None:
+            return False
+        if p._grad is not s.grad:
+            s.grad._data[...] = p._grad._data
+            p._grad = s.grad
+        return True
+
+    def segments(self, params):
+        """``params`` as maximal runs of neighbours in the buffers (one run per buffer when laid out in order)."""
+        runs, order = [], {k: i for i, k in enumerate(self.buffers)}
+        for p in sorted(dict.fromkeys(params), key=lambda p: (order[self.slots[p].key], self.slots[p].start)):
+            s = self.slots[p]
+            last = runs[-1] if runs else None
+            if last is not None and last.key == s.key and last.stop == s.start:
+                runs[-1] = Segment(s.key, last.start, s.stop, last.params + [p])
+            else:
+                runs.append(Segment(s.key, s.start, s.stop, [p]))
+        return runs
+
+
+def flatten_parameters(module_or_params):
+    """Re-home the parameters of a Module (or an iterable of Tensors) into flat buffers; returns FlatParams.
+
+    Values and existing gradients are copied once; afterwards ``p.data`` and ``p.grad.data`` are views.
+    Moving the parameters later (``Module.to``) takes them out of the buffers again.
+    """
+    params = module_or_params.parameters() if hasattr(module_or_params, "parameters") else module_or_params
+    params = list(params)
+    if not params:
+        raise ValueError("flatten_parameters: no parameters given")
+    return FlatParams(params)

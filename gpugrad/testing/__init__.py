@@ -1,0 +1,1 @@
+"""Test tooling for gpugrad (CPU emulation of the CUDA kernels)."""

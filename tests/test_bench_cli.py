@@ -1,0 +1,228 @@
+"""``gpugrad bench``: the quick CPU run end to end (table, JSON, plot), the byte accounting, the timer's statistics
+on a fake clock, and that every baseline and PyTorch peer computes what the kernel it is compared with computes."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import gpugrad
+from gpugrad.backend import get_backend
+from gpugrad.bench import suites
+from gpugrad.bench.timing import HostClock, Timing, measure, measure_many
+from gpugrad.cli import main as cli_main
+
+try:
+    import matplotlib  # noqa: F401
+
+    HAVE_MPL = True
+except ImportError:
+    HAVE_MPL = False
+
+CPU = get_backend("cpu")
+
+
+# ---- the quick CPU run, once for the module ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    argv = ["bench", "--quick", "--device", "cpu", "--no-progress", "--json", str(out / "out.json")]
+    if HAVE_MPL:
+        argv += ["--plot", str(out / "out.png")]
+    code = cli_main(argv)
+    return code, out
+
+
+@pytest.mark.slow
+def test_quick_cpu_run_writes_every_figure(quick_run, capsys):
+    code, out = quick_run
+    assert code == 0
+    res = json.loads((out / "out.json").read_text())
+    cpu = res["devices"]["cpu"]
+    assert cpu["peak_bandwidth"]["gbs"] > 0
+    assert [k["name"] for k in cpu["kernels"]] == [c.id for c in suites.KERNELS]
+    for k in cpu["kernels"]:
+        assert k["bytes"] > 0 and k["gbs"] > 0 and k["median_s"] > 0, k
+        # NOTE: the copy's destination costs a read-for-ownership that its byte count leaves out, so an in-place
+        # kernel (accumulate_) can reach ~1.5x the copy; the rest of the margin is noise on a shared machine.
+        assert 0 < k["fraction_of_peak"] <= 2.0, k
+    for m in cpu["matmul"]["cases"]:
+        assert m["gflops"] > 0 and 0 < m["fraction_of_peak"] <= 2.0, m
+    (mlp,) = cpu["mlp"]
+    assert mlp["batch"] == 512 and mlp["sizes"] == [784, 1024, 1024, 10]
+    assert mlp["impls"]["baseline"]["time_vs_baseline"] == 1.0
+    assert mlp["impls"]["gpugrad"]["samples_per_s"] > 0 and mlp["impls"]["gpugrad"]["time_vs_baseline"] > 0
+    eng = cpu["engine"]
+    assert eng["us_per_op"]["gpugrad"] > 0
+    if suites.torch_unavailable_reason("cpu") is None:
+        assert mlp["impls"]["torch"]["time_vs_baseline"] > 0 and eng["gpugrad_vs_torch"] > 0
+    env = res["environment"]
+    for key in ("python", "numpy", "cupy", "torch", "date", "gpugrad", "cuda"):
+        assert key in env
+    assert env["cpu"]["model"] and env["cpu"]["usable_cores"] >= 1
+    assert env["numpy"] == np.__version__
+    if not gpugrad.cuda.is_available():
+        assert res["skipped"] == {}  # --device cpu asked for no cuda: nothing was skipped
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_MPL, reason="matplotlib is an optional extra: pip install 'gpugrad[plot]'")
+def test_quick_cpu_run_plots_a_png(quick_run):
+    code, out = quick_run
+    assert code == 0
+    assert (out / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_fails_before_measuring(monkeypatch, tmp_path, capsys):
+    from gpugrad.cli import plot
+
+    def missing():
+        raise plot.PlotUnavailable(f"--plot needs matplotlib, which is not installed: {plot.INSTALL_HINT}")
+
+    monkeypatch.setattr(plot, "require_matplotlib", missing)
+    monkeypatch.setattr(suites, "run_device", lambda *a, **k: pytest.fail("measured despite the missing plot"))
+    assert cli_main(["bench", "--device", "cpu", "--plot", str(tmp_path / "x.png")]) != 0
+    assert "matplotlib" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(gpugrad.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_request_without_gpu_fails_clearly(capsys):
+    assert cli_main(["bench", "--device", "cuda", "--quick"]) != 0
+    err = capsys.readouterr().err
+    assert "CUDA is not available" in err and gpugrad.cuda.unavailable_reason() in err
+
+
+@pytest.mark.skipif(gpugrad.cuda.is_available(), reason="needs a machine without CUDA")
+def test_all_devices_without_gpu_says_why_cuda_was_skipped():
+    from gpugrad.cli import bench
+
+    devices, skipped = bench._devices("all")
+    assert devices == ["cpu"] and skipped == {"cuda": gpugrad.cuda.unavailable_reason()}
+
+
+def test_bad_sizes_are_rejected(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["bench", "--sizes", "12by4"])
+    assert "ROWSxCOLS" in capsys.readouterr().err
+
+
+# ---- bytes moved --------------------------------------------------------------------------------------------------
+def _bytes(name, rows=4, cols=8):
+    case = suites.KERNEL_BY_ID[name]
+    fn, args = suites.kernel_workload(case, "kernel", suites.Inputs(CPU, rows, cols))
+    return suites.bytes_moved(args, fn(), case.inplace)
+
+
+def test_bytes_moved_counts_minimal_reads_and_writes():
+    n, rows, cols = 32, 4, 8
+    assert _bytes("relu_fwd") == 2 * n * 4  # read x, write y
+    assert _bytes("relu_bwd") == 3 * n * 4  # read y, gy; write gx
+    assert _bytes("bias_act_fwd[relu]") == 2 * n * 4 + cols * 4  # x, b; y returned twice but written once
+    assert _bytes("dropout_fwd") == 3 * n * 4 + n  # x, u; y and a 1-byte bool mask
+    assert _bytes("accumulate_") == 3 * n * 4  # read acc, g; write acc in place
+    assert _bytes("softmax_xent_fwd") == n * 4 + rows * 8 + 2 * rows * 4  # x, int64 t; loss and lse
+    assert _bytes("sum_rows") == n * 4 + cols * 4
+    assert _bytes("adam_update_") == 7 * n * 4  # p, m, v read and written, g read
+    assert _bytes("sgd_update_[momentum]") == 5 * n * 4  # p, buf read and written, g read
+
+
+def test_matmul_flops():
+    fwd, gx, gw = suites.mlp_matmuls(512)
+    assert fwd.flops == gx.flops == gw.flops == 2 * 512 * 1024 * 1024
+    a, b = fwd.operands(suites.Inputs(CPU, 1, 1))
+    assert a.shape == (512, 1024) and b.shape == (1024, 1024) and not b.flags.c_contiguous  # Wᵀ as a view
+
+
+# ---- timing --------------------------------------------------------------------------------------------------------
+class FakeClock:
+    """Returns preset readings in order: each timed run reads it twice (start, end)."""
+
+    def __init__(self, durations):
+        self.readings, t = [], 0.0
+        for d in durations:
+            self.readings += [t, t + d]
+            t += d + 1.0
+
+    def __call__(self):
+        return self.readings.pop(0)
+
+
+def test_median_and_iqr_on_a_fake_clock():
+    # the timed warm-up reads 0.5; then five samples of one call each
+    clock = FakeClock([0.5, 3.0, 1.0, 2.0, 5.0, 4.0])
+    t = measure(lambda: None, repeats=5, warmup=1, number=1, clock=HostClock(clock))
+    assert t.samples == (3.0, 1.0, 2.0, 5.0, 4.0)
+    assert (t.median, t.q1, t.q3, t.iqr) == (3.0, 2.0, 4.0, 2.0)
+    assert t.spread == pytest.approx(2 / 3)
+    assert t.as_dict()["repeats"] == 5 and not clock.readings
+
+
+def test_calibration_reaches_the_minimum_sample_time():
+    class Ticking:
+        now = 0.0
+
+        def clock(self):
+            return self.now
+
+        def call(self):
+            self.now += 0.001  # each call "takes" 1 ms
+
+    tk = Ticking()
+    t = measure(tk.call, repeats=4, min_sample_s=0.01, clock=HostClock(tk.clock))
+    assert t.number == 16  # the smallest power of two with 16 ms >= 10 ms
+    assert t.median == pytest.approx(0.001) and t.iqr == pytest.approx(0, abs=1e-12)
+
+
+def test_samples_are_interleaved():
+    calls = []
+    measure_many({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3, warmup=1, number=1)
+    assert calls == ["a", "b"] + ["a", "b"] * 3  # timed warm-ups, then a, b round-robin
+
+
+def test_timing_of_a_constant_is_that_constant():
+    t = Timing((2.0, 2.0, 2.0))
+    assert t.median == 2.0 and t.iqr == 0.0 and t.spread == 0.0
+
+
+# ---- like with like -------------------------------------------------------------------------------------------------
+def _results(case, impl, inputs):
+    fn, args = suites.kernel_workload(case, impl, inputs)
+    out = fn()
+    got = [args[i] for i in case.inplace] if case.inplace else suites._flatten(out)
+    return [np.asarray(a.detach().numpy() if hasattr(a, "detach") else a).ravel() for a in got if a is not None]
+
+
+@pytest.mark.parametrize("case", suites.KERNELS, ids=lambda c: c.id)
+def test_baseline_computes_what_the_kernel_computes(case):
+    inputs = suites.Inputs(CPU, 8, 16)
+    kernel, baseline = _results(case, "kernel", inputs), _results(case, "baseline", inputs)
+    assert len(baseline) >= 1
+    for k, b in zip(kernel, baseline):
+        np.testing.assert_allclose(b, k, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("case", suites.KERNELS, ids=lambda c: c.id)
+def test_torch_peer_computes_what_the_kernel_computes(case, torch):
+    inputs = suites.Inputs(CPU, 8, 16)
+    kernel, peer = _results(case, "kernel", inputs), _results(case, "torch", inputs)
+    assert len(peer) >= 1
+    for k, p in zip(kernel, peer):
+        np.testing.assert_allclose(p, k, rtol=2e-5, atol=2e-6)
+
+
+def test_mlp_steps_agree():
+    """Baseline, gpugrad and torch run the same step from the same parameters: the same losses."""
+    steps = suites.mlp_steps(CPU, 16, sizes=(20, 32, 32, 10))
+    losses = {}
+    for impl, step in steps.items():
+        if isinstance(step, str):
+            continue
+        losses[impl] = [float(np.asarray(_host(step()))) for _ in range(3)]
+    for impl, got in losses.items():
+        np.testing.assert_allclose(got, losses["baseline"], rtol=1e-5, err_msg=impl)
+    assert losses["baseline"][2] < losses["baseline"][0]  # it trains
+
+
+def _host(v):
+    return v.detach().numpy() if hasattr(v, "detach") else v

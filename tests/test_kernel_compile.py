@@ -1,0 +1,50 @@
+"""Every kernel family compiles with NVRTC for sm_90 (no GPU needed), with the launchers' options and template
+instantiations, and ptxas reports no spills and no local memory. Run with -s to see the resource table."""
+from __future__ import annotations
+
+import pytest
+
+from gpugrad.backend import kernels
+from gpugrad.testing import nvrtc_check
+
+_OK, _WHY = nvrtc_check.available()
+pytestmark = pytest.mark.skipif(not _OK, reason=_WHY)
+
+
+@pytest.fixture(scope="module")
+def results():
+    return nvrtc_check.check()
+
+
+def test_every_family_compiles_without_spills_or_local_memory(results, record_property):
+    table = nvrtc_check.format_table(results)
+    print(f"\n{_WHY}\n{table}")
+    record_property("nvrtc_resources", table)
+    assert nvrtc_check.problems(results) == []
+
+
+def test_every_launched_instantiation_was_compiled_and_reported(results):
+    reported = {(k.family, k.name) for r in results for k in r.kernels if k.registers >= 0}
+    wanted = {(f, n) for f, names in kernels.NAME_EXPRESSIONS.items() for n in names}
+    assert wanted - reported == set()
+    wrappers = {n for _, n in reported if n.startswith("gg_check_")}
+    assert {w.split("<")[0].removeprefix("gg_check_") for w in wrappers} == set(kernels.ELEMENTWISE)
+
+
+def test_row_kernels_fit_a_1024_thread_block(results):
+    """Row kernels launch with up to 1024 threads: at most 64 registers each (65536 per SM)."""
+    for r in results:
+        for k in r.kernels:
+            if k.name.split("<")[0] in kernels.RAW_KERNELS["reduce"] + kernels.RAW_KERNELS["loss"] + kernels.RAW_KERNELS["norm"]:
+                assert k.registers <= 64, f"{k.family}:{k.name} uses {k.registers} registers"
+
+
+def test_parse_ptxas_log():
+    log = """ptxas info    : Compiling entry function '_Z1kIfEvPT_' for 'sm_90'
+ptxas info    : Function properties for _Z1kIfEvPT_
+ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 256 bytes smem, 360 bytes cmem[0]"""
+    u = nvrtc_check.parse_ptxas(log, {"_Z1kIfEvPT_": "k<float>"})["_Z1kIfEvPT_"]
+    assert u == {"stack": 16, "spill_stores": 8, "spill_loads": 4, "registers": 40, "smem": 256, "lmem": 0}
+    usage = nvrtc_check.KernelUsage("f", "k<float>", **u)
+    assert len(usage.problems) == 2
