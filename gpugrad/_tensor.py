@@ -48,8 +48,10 @@ class Tensor:
     def __init__(self, data, requires_grad=False, dtype=None, device=None):
         from gpugrad.creation import _to_array
 
-        array, be = _to_array(data, dtype, device)
-        self._data, self._backend = array, be
+        self._init(*_to_array(data, dtype, device), requires_grad)
+
+    def _init(self, array, backend, requires_grad):
+        self._data, self._backend = array, backend
         self._requires_grad = False
         self._grad = self._grad_fn = self._accumulator = self._base = None
         self._version_counter = [0]

@@ -1,7 +1,6 @@
 """``Parameter``: a leaf Tensor that a Module registers as one of its trainable weights."""
 from __future__ import annotations
 
-from gpugrad.autograd.grad_mode import STATE
 from gpugrad.backend import backend_of
 from gpugrad._tensor import Tensor
 
@@ -32,13 +31,7 @@ class Parameter(Tensor):
             except TypeError:
                 Tensor.__init__(self, data)  # lists, scalars: convert (a fresh buffer)
                 array, be = self._data, self._backend
-        self._data, self._backend = array, be
-        self._requires_grad = False
-        self._grad = self._grad_fn = self._accumulator = self._base = None
-        self._version_counter = [0]
-        self._inference = STATE.inference
-        if requires_grad:
-            self.requires_grad_(True)
+        self._init(array, be, requires_grad)
 
     def __deepcopy__(self, memo):
         # NOTE: Tensor has no pickling support (its backend holds the array module), so copy.deepcopy(model)

@@ -2,34 +2,23 @@
 (``backend/reference.py``) and the kernel itself on CUDA (``backend/kernels.py``): same names, same contract."""
 from __future__ import annotations
 
-from gpugrad.autograd.function import Op
-from gpugrad.backend import kernels as K
-from gpugrad.backend import reference as R
 from gpugrad.ops import register
+from gpugrad.ops.kernel_op import KernelOp
 
 
-class _Pointwise(Op):
+class _Pointwise(KernelOp):
     """y = f(x) with a VJP that reads the saved output y (``uses="y"``) or the input x (``uses="x"``)."""
 
     fwd = bwd = None  # kernel names: "relu_fwd", "relu_bwd"
     uses = "y"
 
-    def forward(self, xp, x):
-        return self._fwd(getattr(R, self.fwd), xp, x)
-
-    def forward_cuda(self, xp, x):
-        return self._fwd(getattr(K, self.fwd), xp, x)
-
     def _fwd(self, impl, xp, x):
-        y = impl(xp, x)
+        y = getattr(impl, self.fwd)(xp, x)
         self.save_for_backward(y if self.uses == "y" else x)
         return y
 
-    def backward(self, xp, gy):
-        return getattr(R, self.bwd)(xp, self.saved[0], gy)
-
-    def backward_cuda(self, xp, gy):
-        return getattr(K, self.bwd)(xp, self.saved[0], gy)
+    def _bwd(self, impl, xp, gy):
+        return getattr(impl, self.bwd)(xp, self.saved[0], gy)
 
 
 @register("relu")
@@ -68,42 +57,27 @@ class Tanh(_Pointwise):
 
 
 @register("bias_act")
-class BiasAct(Op):
+class BiasAct(KernelOp):
     """y = act(x + b), b broadcast along the last axis: one pass instead of two (fused kernel on CUDA).
 
     VJP: gz = act'(.) * gy; gx = gz; gb = gz summed over the leading axes (the bias gradient kernel on CUDA).
     """
-
-    def forward(self, xp, x, b):
-        return self._fwd(R, xp, x, b)
-
-    def forward_cuda(self, xp, x, b):
-        return self._fwd(K, xp, x, b)
 
     def _fwd(self, impl, xp, x, b):
         y, saved = impl.bias_act_fwd(xp, x, b, self.act)
         self.save_for_backward(saved)
         return y
 
-    def backward(self, xp, gy):
-        return R.bias_act_bwd(xp, self.saved[0], gy, self.act)
-
-    def backward_cuda(self, xp, gy):
-        return K.bias_act_bwd(xp, self.saved[0], gy, self.act)
+    def _bwd(self, impl, xp, gy):
+        return impl.bias_act_bwd(xp, self.saved[0], gy, self.act)
 
 
 @register("dropout")
-class Dropout(Op):
+class Dropout(KernelOp):
     """y = x * mask / (1 - p) with mask ~ Bernoulli(1 - p), drawn from the backend's generator and saved.
 
     VJP: gx = gy * mask / (1 - p).
     """
-
-    def forward(self, xp, x):
-        return self._fwd(R, xp, x)
-
-    def forward_cuda(self, xp, x):
-        return self._fwd(K, xp, x)
 
     def _fwd(self, impl, xp, x):
         y, mask = impl.dropout_fwd(xp, x, self.p, self.u)
@@ -111,8 +85,5 @@ class Dropout(Op):
         self.save_for_backward(mask)
         return y
 
-    def backward(self, xp, gy):
-        return R.dropout_bwd(xp, gy, self.saved[0], self.p)
-
-    def backward_cuda(self, xp, gy):
-        return K.dropout_bwd(xp, gy, self.saved[0], self.p)
+    def _bwd(self, impl, xp, gy):
+        return impl.dropout_bwd(xp, gy, self.saved[0], self.p)

@@ -1,13 +1,11 @@
 """Fused softmax cross-entropy and the sequence log-prob (log_softmax + gather of chosen ids) pattern."""
 from __future__ import annotations
 
-from gpugrad.autograd.function import Op
-from gpugrad.backend import kernels as K
-from gpugrad.backend import reference as R
 from gpugrad.ops import register
+from gpugrad.ops.kernel_op import KernelOp
 
 
-class _ChosenLogProb(Op):
+class _ChosenLogProb(KernelOp):
     """Shared shape checks and reduction for ops over (N, C) logits and N integer class ids ``target``."""
 
     def _check(self, xp, x):
@@ -21,18 +19,6 @@ class _ChosenLogProb(Op):
         if t.size and (int(t.min()) < 0 or int(t.max()) >= x.shape[1]):
             raise IndexError(f"{self.op_name}: target ids must lie in [0, {x.shape[1]}) for logits {x.shape}, "
                              f"got min {int(t.min())} and max {int(t.max())}")
-
-    def forward(self, xp, x):
-        return self._fwd(R, xp, x)
-
-    def forward_cuda(self, xp, x):
-        return self._fwd(K, xp, x)
-
-    def backward(self, xp, gy):
-        return self._bwd(R, xp, gy)
-
-    def backward_cuda(self, xp, gy):
-        return self._bwd(K, xp, gy)
 
 
 @register("cross_entropy")

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from gpugrad.autograd.function import Op
-from gpugrad.backend import kernels as K
 from gpugrad.ops import register
+from gpugrad.ops.kernel_op import KernelOp
 
 
 def _mT(xp, a):
@@ -50,7 +50,7 @@ class Matmul(Op):
 
 
 @register("linear")
-class Linear(Op):
+class Linear(KernelOp):
     """y = x @ wᵀ + b (b optional, a keyword-less third input).  AddmmBackward0 as in torch.
 
     VJP: gx = gy @ w, gw = gyᵀ @ x (leading dims folded), gb = Σ gy over the leading axes (the bias-gradient
@@ -58,7 +58,7 @@ class Linear(Op):
     """
     double_backward = False
 
-    def forward(self, xp, x, w, b=None):
+    def _fwd(self, impl, xp, x, w, b=None):
         if x.shape[-1] != w.shape[-1] or w.ndim != 2 or (b is not None and b.shape != (w.shape[0],)):
             raise ValueError(f"linear: input {x.shape}, weight {w.shape}, bias {None if b is None else b.shape}: "
                              "expected input (..., in), weight (out, in), bias (out,)")
@@ -70,17 +70,11 @@ class Linear(Op):
             y += b  # y is a fresh product: adding in place saves a temporary the size of the output
         return y
 
-    def _grads(self, xp, gy, sum_rows):
+    def _bwd(self, impl, xp, gy):
         x, w = self.saved
         ng = self.needs_input_grad
         gy2 = gy.reshape(-1, gy.shape[-1])
         gx = xp.matmul(gy, w) if ng[0] else None
         gw = xp.matmul(gy2.T, x.reshape(-1, x.shape[-1])) if ng[1] else None
-        gb = sum_rows(gy2) if len(ng) > 2 and ng[2] else None
+        gb = impl.sum_rows(xp, xp.ascontiguousarray(gy2)) if len(ng) > 2 and ng[2] else None
         return (gx, gw, gb) if len(ng) > 2 else (gx, gw)
-
-    def backward(self, xp, gy):
-        return self._grads(xp, gy, lambda g: g.sum(axis=0))
-
-    def backward_cuda(self, xp, gy):
-        return self._grads(xp, gy, lambda g: K.sum_rows(xp, g))

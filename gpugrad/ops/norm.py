@@ -3,13 +3,12 @@ references on the CPU); Embedding is a gather whose VJP is a scatter-add."""
 from __future__ import annotations
 
 from gpugrad.autograd.function import Op
-from gpugrad.backend import kernels as K
-from gpugrad.backend import reference as R
 from gpugrad.ops import register
+from gpugrad.ops.kernel_op import KernelOp
 
 
 @register("layer_norm")
-class LayerNorm(Op):
+class LayerNorm(KernelOp):
     """y = (x - mean) * rstd * w + b over the trailing ``w.ndim`` axes (``n`` elements),
     rstd = 1 / sqrt(var + eps) with the biased variance; w, b optional (None: no affine).
 
@@ -21,13 +20,7 @@ class LayerNorm(Op):
     def backward_name(cls):
         return "NativeLayerNormBackward0"  # torch's name for the same node
 
-    def forward(self, xp, x, w=None, b=None):
-        return self._fwd(R, xp, x, w, b)
-
-    def forward_cuda(self, xp, x, w=None, b=None):
-        return self._fwd(K, xp, x, w, b)
-
-    def _fwd(self, impl, xp, x, w, b):
+    def _fwd(self, impl, xp, x, w=None, b=None):
         n = self.n
         x2 = x.reshape(-1, n)  # a view when x is contiguous (the usual case)
         w1 = None if w is None else w.reshape(n)
@@ -35,12 +28,6 @@ class LayerNorm(Op):
         self.shapes = (x.shape, None if w is None else w.shape)
         self.save_for_backward(x2, w1, mean, rstd)
         return y.reshape(x.shape)
-
-    def backward(self, xp, gy):
-        return self._bwd(R, xp, gy)
-
-    def backward_cuda(self, xp, gy):
-        return self._bwd(K, xp, gy)
 
     def _bwd(self, impl, xp, gy):
         x2, w1, mean, rstd = self.saved

@@ -2,10 +2,8 @@
 there first (a copy only when the axis is not already last)."""
 from __future__ import annotations
 
-from gpugrad.autograd.function import Op
-from gpugrad.backend import kernels as K
-from gpugrad.backend import reference as R
 from gpugrad.ops import register
+from gpugrad.ops.kernel_op import KernelOp
 
 
 def _rows(xp, x, axis):
@@ -21,14 +19,8 @@ def _unrows(xp, y2, undo, ndim):
     return y if axis == ndim - 1 or ndim == 0 else xp.moveaxis(y, -1, axis)
 
 
-class _RowOp(Op):
+class _RowOp(KernelOp):
     fwd = bwd = None
-
-    def forward(self, xp, x):
-        return self._fwd(R, xp, x)
-
-    def forward_cuda(self, xp, x):
-        return self._fwd(K, xp, x)
 
     def _fwd(self, impl, xp, x):
         x2, self.undo = _rows(xp, x, self.axis)
@@ -36,12 +28,6 @@ class _RowOp(Op):
         y2 = getattr(impl, self.fwd)(xp, x2)
         self.save_for_backward(y2)
         return _unrows(xp, y2, self.undo, x.ndim)
-
-    def backward(self, xp, gy):
-        return self._bwd(R, xp, gy)
-
-    def backward_cuda(self, xp, gy):
-        return self._bwd(K, xp, gy)
 
     def _bwd(self, impl, xp, gy):
         gy2, _ = _rows(xp, gy, self.axis)
@@ -61,15 +47,9 @@ class LogSoftmax(_RowOp):
 
 
 @register("logsumexp")
-class LogSumExp(Op):
+class LogSumExp(KernelOp):
     """y = log Σ e^x over one axis (max-shifted for stability).  VJP: gx = gy * e^(x - y)."""
     _name = "LogsumexpBackward0"
-
-    def forward(self, xp, x):
-        return self._fwd(R, xp, x)
-
-    def forward_cuda(self, xp, x):
-        return self._fwd(K, xp, x)
 
     def _fwd(self, impl, xp, x):
         x2, self.undo = _rows(xp, x, self.axis)
@@ -79,12 +59,6 @@ class LogSumExp(Op):
         out_shape = self.undo[1][:-1]
         y = lse.reshape(out_shape)
         return xp.expand_dims(y, self.undo[0]) if self.keepdims and x.ndim else y
-
-    def backward(self, xp, gy):
-        return self._bwd(R, xp, gy)
-
-    def backward_cuda(self, xp, gy):
-        return self._bwd(K, xp, gy)
 
     def _bwd(self, impl, xp, gy):
         x2, lse = self.saved

@@ -1,0 +1,30 @@
+"""Ops whose math is a kernel pair from ``kernels/``."""
+from __future__ import annotations
+
+from gpugrad.autograd.function import Op
+from gpugrad.backend import kernels as K
+from gpugrad.backend import reference as R
+
+
+class KernelOp(Op):
+    """An op written once as ``_fwd(impl, xp, *inputs)`` and ``_bwd(impl, xp, gy)``, where ``impl`` is the
+    module of kernel functions for the inputs' device: the NumPy references on the CPU, the CUDA launchers on
+    CUDA (same names and signatures), so the CPU backend runs exactly what the kernels are tested against."""
+
+    def forward(self, xp, *inputs):
+        return self._fwd(R, xp, *inputs)
+
+    def forward_cuda(self, xp, *inputs):
+        return self._fwd(K, xp, *inputs)
+
+    def backward(self, xp, gy):
+        return self._bwd(R, xp, gy)
+
+    def backward_cuda(self, xp, gy):
+        return self._bwd(K, xp, gy)
+
+    def _fwd(self, impl, xp, *inputs):
+        raise NotImplementedError
+
+    def _bwd(self, impl, xp, gy):
+        raise NotImplementedError
