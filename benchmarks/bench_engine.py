@@ -9,22 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpugrad
+from gpugrad.backend import get_backend
+from gpugrad.bench.suites import tiny_chain
 
 N_TINY = 1000
 
 
 def gpugrad_chain(n):
-    x = gpugrad.tensor(np.ones(4, np.float32), requires_grad=True)
-
-    def run():
-        y = x
-        for _ in range(n):
-            y = y * 1.0001
-        y.sum().backward()
-        x.grad = None
-
-    return run
+    return tiny_chain("gpugrad", get_backend("cpu"), n)
 
 
 def numpy_chain(n):
@@ -41,19 +33,6 @@ def numpy_chain(n):
     return run
 
 
-def torch_chain(torch, n):
-    x = torch.ones(4, requires_grad=True)
-
-    def run():
-        y = x
-        for _ in range(n):
-            y = y * 1.0001
-        y.sum().backward()
-        x.grad = None
-
-    return run
-
-
 @pytest.mark.parametrize("impl", ["numpy", "gpugrad", "torch"])
 def test_tiny_op_overhead(benchmark, impl):
     """1,000 tiny multiplies forward + backward; divide the time by 1,000 for µs per op."""
@@ -61,7 +40,7 @@ def test_tiny_op_overhead(benchmark, impl):
     if impl == "torch":
         torch = pytest.importorskip("torch")
         torch.set_num_threads(1)
-        benchmark(torch_chain(torch, N_TINY))
+        benchmark(tiny_chain("torch", get_backend("cpu"), N_TINY))
     else:
         benchmark({"numpy": numpy_chain, "gpugrad": gpugrad_chain}[impl](N_TINY))
 

@@ -2,3 +2,80 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+# ---- appended for the gpugrad.bench suites (bench_elementwise/reduce/softmax_xent/matmul/optim.py) ------------------
+# Each benchmark group is one workload on one device; its members are the implementations (kernel or gpugrad,
+# baseline, torch), so pytest-benchmark's per-group ratios compare them in the same run.
+import pytest  # noqa: E402
+
+import gpugrad  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip gpu-marked benchmarks without CUDA, with the reason (tests/conftest.py does it for tests/)."""
+    if gpugrad.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=f"no CUDA device: {gpugrad.cuda.unavailable_reason()}")
+    for item in items:
+        if "gpu" in item.keywords or "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    return request.param
+
+
+@pytest.fixture
+def bench(benchmark):
+    """bench(group, build, device, nbytes=None, flops=None): time build() (a zero-argument callable; LookupError
+    skips with its reason) in ``group``; GPU work is synchronized per call; GB/s or GFLOP/s go to extra_info."""
+    from gpugrad.backend import get_backend
+    from gpugrad.bench import suites
+
+    def run(group, build, device, nbytes=None, flops=None):
+        try:
+            fn = suites.synced(build(), get_backend(device))
+        except LookupError as e:
+            pytest.skip(str(e))
+        benchmark.group = group
+        benchmark(fn)
+        if not benchmark.disabled:
+            median = benchmark.stats.stats.median
+            if nbytes:
+                benchmark.extra_info["GB/s"] = round(nbytes / median / 1e9, 2)
+            if flops:
+                benchmark.extra_info["GFLOP/s"] = round(flops / median / 1e9, 2)
+
+    return run
+
+
+@pytest.fixture
+def bench_kernel(bench, benchmark):
+    """One kernel case (gpugrad.bench.suites.KERNELS) and implementation on a device."""
+    from gpugrad.bench import suites
+
+    def run(case, impl, device):
+        inputs = suites.shared_inputs(device, *suites.bench_shape(device, not benchmark.disabled))
+        nbytes = None
+        if not benchmark.disabled:  # the launcher's traffic, for every implementation in the group alike
+            fn, args = suites.kernel_workload(case, "kernel", inputs)
+            nbytes = suites.bytes_moved(args, fn(), case.inplace)
+        bench(f"kernel {case.id} [{device}]", lambda: suites.kernel_workload(case, impl, inputs)[0], device,
+              nbytes=nbytes)
+
+    return run
+
+
+@pytest.fixture
+def bench_op(bench, benchmark):
+    """One autograd op case (gpugrad.bench.suites.OPS), forward + backward, and implementation on a device."""
+    from gpugrad.bench import suites
+
+    def run(case, impl, device, shape=None):
+        shape = shape or suites.bench_shape(device, not benchmark.disabled)
+        inputs = suites.shared_inputs(device, *shape)
+        bench(f"op {case.name} fwd+bwd [{device}]", lambda: suites.op_workload(case, impl, inputs), device)
+
+    return run

@@ -44,11 +44,11 @@ def test_quick_cpu_run_writes_every_figure(quick_run, capsys):
     assert [k["name"] for k in cpu["kernels"]] == [c.id for c in suites.KERNELS]
     for k in cpu["kernels"]:
         assert k["bytes"] > 0 and k["gbs"] > 0 and k["median_s"] > 0, k
-        # NOTE: the copy's destination costs a read-for-ownership that its byte count leaves out, so an in-place
-        # kernel (accumulate_) can reach ~1.5x the copy; the rest of the margin is noise on a shared machine.
-        assert 0 < k["fraction_of_peak"] <= 2.0, k
+        # NOTE: on a CPU the copy's destination costs a read-for-ownership its byte count leaves out, so in-place
+        # and read-mostly kernels (accumulate_, sum_rows) reach ~1.5x the copy; the rest of the margin is noise.
+        assert 0 < k["fraction_of_peak"] <= 2.5, k
     for m in cpu["matmul"]["cases"]:
-        assert m["gflops"] > 0 and 0 < m["fraction_of_peak"] <= 2.0, m
+        assert m["gflops"] > 0 and 0 < m["fraction_of_peak"] <= 2.5, m
     (mlp,) = cpu["mlp"]
     assert mlp["batch"] == 512 and mlp["sizes"] == [784, 1024, 1024, 10]
     assert mlp["impls"]["baseline"]["time_vs_baseline"] == 1.0
@@ -211,6 +211,20 @@ def test_torch_peer_computes_what_the_kernel_computes(case, torch):
         np.testing.assert_allclose(p, k, rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("case", suites.OPS, ids=lambda c: c.name)
+def test_op_baseline_computes_what_the_op_computes(case):
+    """Forward and every input gradient of the hand-written op match gpugrad's (ones upstream gradient)."""
+    inputs = suites.Inputs(CPU, 6, 10)
+    args = case.make(np, inputs)
+    ts = [gpugrad.tensor(a, requires_grad=i in case.grad) if hasattr(a, "shape") else a for i, a in enumerate(args)]
+    y = case.gg(*ts)
+    y.backward(gpugrad.ones(*y.shape) if y.ndim else None)
+    y_ref, grads = case.baseline(np, *args, np.ones(y.shape, np.float32) if y.ndim else 1.0)
+    np.testing.assert_allclose(y.detach().numpy(), y_ref, rtol=1e-5, atol=1e-6)
+    for i, g in zip(case.grad, grads):
+        np.testing.assert_allclose(ts[i].grad.numpy(), g, rtol=1e-5, atol=1e-6, err_msg=f"input {i}")
+
+
 def test_mlp_steps_agree():
     """Baseline, gpugrad and torch run the same step from the same parameters: the same losses."""
     steps = suites.mlp_steps(CPU, 16, sizes=(20, 32, 32, 10))
@@ -226,3 +240,54 @@ def test_mlp_steps_agree():
 
 def _host(v):
     return v.detach().numpy() if hasattr(v, "detach") else v
+
+
+# ---- the CUDA path, without a GPU ------------------------------------------------------------------------------------
+def _fake_cuda_backend():
+    """A "cuda" Backend whose xp is NumPy plus the slice of ``cupy.cuda`` the timers use (events on the host clock)."""
+    import time
+    import types
+
+    from gpugrad.backend import Backend
+    from gpugrad.backend.device import Device
+
+    class Event:
+        def record(self):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+    class Syncable:
+        def __init__(self, *_):
+            pass
+
+        def synchronize(self):
+            pass
+
+    xp = types.ModuleType("fake_cupy")
+    xp.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
+    xp.cuda = types.SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
+                                    get_current_stream=Syncable, Device=Syncable)
+    return Backend("cuda", xp, Device("cuda", 0))
+
+
+def test_cuda_kernel_suite_runs_the_real_launchers_on_the_emulator():
+    """Every kernel case's arguments pass the CUDA launchers' checks and run (kernels on the CPU emulator), timed
+    through the CUDA-event timer: the GPU half of `gpugrad bench` that CI cannot otherwise reach."""
+    emu = pytest.importorskip("gpugrad.testing.cuda_emu", reason="the CPU emulator is optional")
+    if not emu.compiler_available():
+        pytest.skip("CPU emulator: no C++ compiler found")
+    from gpugrad.backend import kernels
+    from gpugrad.bench.timing import CudaClock, Timer
+
+    be = _fake_cuda_backend()
+    timer = Timer(be, repeats=2, min_sample_s=1e-5)
+    assert isinstance(timer.clock, CudaClock)
+    before = kernels.CALLS.copy()
+    with kernels.use_runtime(emu.EmuRuntime(source_for_family=kernels.source, include_dirs=[kernels.kernel_dir()])):
+        rows, peak = suites.run_kernels(suites.Inputs(be, 6, 40), timer, suites.peak_copy(be, 6 * 40 * 4))
+    launched = kernels.CALLS - before
+    assert {c.name for c in suites.KERNELS} <= set(launched)  # the CUDA launchers ran, not the references
+    assert peak["gbs"] > 0 and all(r["gbs"] > 0 for r in rows)
+    assert [r["bytes"] for r in rows] == [_bytes(c.id, 6, 40) for c in suites.KERNELS]  # same traffic as the CPU

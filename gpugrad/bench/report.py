@@ -10,7 +10,7 @@ import platform
 import numpy as np
 
 
-# ---- environment ------------------------------------------------------------------------------------------------------
+# ---- environment -----------------------------------------------------------------------------------------------------
 def _version(*dists):
     for d in dists:
         try:
@@ -88,7 +88,7 @@ def device_name(device, env):
     return f"{c['model']}, {c['usable_cores']} cores"
 
 
-# ---- text -----------------------------------------------------------------------------------------------------------------
+# ---- text ------------------------------------------------------------------------------------------------------------
 def fmt_time(s):
     for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
         if s >= scale:
@@ -127,6 +127,8 @@ def format_device(result, env):
                       [[r["name"], r["family"], fmt_bytes(r["bytes"]), fmt_time(r["median_s"]), _spread(r),
                         f"{r['gbs']:.1f}", f"{r['fraction_of_peak']:.2f}"] for r in result["kernels"]],
                       "<<>>>>>"))
+    if d == "cpu":
+        out.append("(in-place and read-mostly kernels can pass 1: a CPU copy's writes also cost a read-for-ownership)")
     mm = result["matmul"]
     out.append(f"\nmatmul (xp.matmul, float32); peak {mm['peak']['gflops']:.1f} GFLOP/s at {mm['peak']['name']}:")
     out.append(_table(["matmul", "m x n x k", "time", "GFLOP/s", "of peak"],
@@ -139,8 +141,9 @@ def format_device(result, env):
         for impl, r in e["impls"].items():
             rows.append([e["batch"], impl, f"{r['samples_per_s']:,.0f}", fmt_time(r["median_s"]), _spread(r),
                          f"{r['time_vs_baseline']:.2f}x"])
-        rows += [[e["batch"], impl, "-", "-", "", f"({why})"] for impl, why in e["unavailable"].items()]
+        rows += [[e["batch"], impl, "-", "-", "", "n/a"] for impl in e["unavailable"]]
     out.append(_table(["batch", "impl", "samples/s", "step", "IQR", "time vs baseline"], rows, "><>>>>"))
+    out += sorted({f"{impl}: {why}" for e in result["mlp"] for impl, why in e["unavailable"].items()})
     en = result["engine"]
     us = en["us_per_op"]
     line = f"\nengine overhead (tiny multiply, forward + backward, chain of {en['n_ops']}): " + ", ".join(
@@ -164,7 +167,7 @@ def _json_default(o):
     raise TypeError(f"{type(o).__name__} is not JSON serializable")
 
 
-# ---- plot -------------------------------------------------------------------------------------------------------------------
+# ---- plot ------------------------------------------------------------------------------------------------------------
 def plot_fractions(results, path):
     """Horizontal bars: the fraction of measured peak per kernel (bandwidth) and matmul (GFLOP/s), one colour per
     device. Raises gpugrad.cli.plot.PlotUnavailable when matplotlib is missing."""

@@ -96,10 +96,10 @@ def _flatten(out):
 
 def bytes_moved(args, out, inplace=()):
     """The minimal traffic of one launch: every array argument read once, every in-place argument written once
-    more, every distinct output written once (a kernel that returns one buffer twice wrote it once)."""
-    reads = sum(a.nbytes for a in _unique(_arrays(args)))
-    writes = sum(args[i].nbytes for i in inplace) + sum(a.nbytes for a in _unique(_arrays(_flatten(out))))
-    return reads + writes
+    more, every distinct new output written once (a kernel that returns one buffer twice wrote it once)."""
+    inputs = _unique(_arrays(args))
+    fresh = [a for a in _unique(_arrays(_flatten(out))) if all(a is not b for b in inputs)]  # acc_ returns acc
+    return sum(a.nbytes for a in inputs) + sum(args[i].nbytes for i in inplace) + sum(a.nbytes for a in fresh)
 
 
 # ---- kernel cases -------------------------------------------------------------------------------------------------
@@ -267,10 +267,6 @@ def _adam_torch(th, p, g, m, v, step, lr, beta1, beta2, eps, *_):
     p.addcdiv_(m, denom, value=-lr / (1 - beta1**step))
 
 
-def _aten(name):
-    return lambda th, *a: getattr(th.ops.aten, name)(*a)
-
-
 KERNELS = (
     KernelCase("relu_fwd", "elementwise", _x, lambda xp, x: xp.maximum(x, 0), lambda th, x: th.relu(x)),
     KernelCase("relu_bwd", "elementwise", _fwd_then("relu_fwd"), lambda xp, y, gy: gy * (y > 0),
@@ -369,23 +365,22 @@ def _to_torch(th, dev, a):
     return th.from_dlpack(a)  # CuPy -> torch without a copy
 
 
-def _synced(fn, backend, th=None):
-    """Wrap fn to finish its GPU work before returning, for host-clock timers (pytest-benchmark)."""
+def synced(fn, backend):
+    """fn, finishing its GPU work (CuPy's and PyTorch's, on any stream) before returning: for host-clock timers
+    such as pytest-benchmark's. The identity on the CPU."""
     if backend.name != "cuda":
         return fn
-    stream = backend.xp.cuda.get_current_stream()
+    device = backend.xp.cuda.Device(backend.device.index)
 
     def run():
         out = fn()
-        stream.synchronize()
-        if th is not None:
-            th.cuda.synchronize()
+        device.synchronize()
         return out
 
     return run
 
 
-# ---- kernel workloads -------------------------------------------------------------------------------------------------
+# ---- kernel workloads ------------------------------------------------------------------------------------------------
 def kernel_workload(case, impl, inputs):
     """(fn, args) for one implementation of a kernel case on ``inputs``' device; fn() runs one launch.
     Raises LookupError (with the reason) when the implementation is unavailable here."""
@@ -420,7 +415,7 @@ def run_kernels(inputs, timer, copy, cases=KERNELS, tick=None):
 
     ``copy`` = (fn, bytes) of the peak copy, sampled interleaved with every kernel, so the peak (the median of all
     those samples) and the kernels see the same machine; on a shared CPU their ratio is what holds."""
-    copy_fn, copy_bytes = copy
+    copy_fn, copy_moved = copy
     rows, copy_samples = [], []
     for case in cases:
         fn, args = kernel_workload(case, "kernel", inputs)
@@ -435,38 +430,40 @@ def run_kernels(inputs, timer, copy, cases=KERNELS, tick=None):
         if tick:
             tick(case.id)
     peak_t = Timing(tuple(copy_samples))
-    peak = {"copy_bytes": copy_bytes // 2, "gbs": copy_bytes / peak_t.median / 1e9, **peak_t.as_dict()}
+    peak = {"copy_bytes": copy_moved // 2, "gbs": copy_moved / peak_t.median / 1e9, **peak_t.as_dict()}
     for r in rows:
         r["fraction_of_peak"] = r["gbs"] / peak["gbs"]
     return rows, peak
 
 
-# ---- matmul -----------------------------------------------------------------------------------------------------------
+# ---- matmul ----------------------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class MatmulCase:
-    """``a @ b`` with a (m, k) and b (k, n), built as gpugrad's Linear runs it (``transpose_b``: b is Wᵀ, a view)."""
+    """``a @ b``, a (m, k) and b (k, n), laid out as gpugrad's Linear has them: ``ta`` / ``tb`` make the operand
+    a transposed view (of a C-contiguous (k, m) / (n, k) array), as ``x @ w.T`` and ``gy.T @ x`` pass it to BLAS."""
 
     name: str
     m: int
     n: int
     k: int
-    transpose_b: bool = False
+    ta: bool = False
+    tb: bool = False
 
     @property
     def flops(self):
         return 2 * self.m * self.n * self.k
 
     def operands(self, inputs):
-        a = inputs.normal(10, (self.m, self.k))
-        b = inputs.normal(11, (self.n, self.k)).T if self.transpose_b else inputs.normal(11, (self.k, self.n))
+        a = inputs.normal(10, (self.k, self.m)).T if self.ta else inputs.normal(10, (self.m, self.k))
+        b = inputs.normal(11, (self.n, self.k)).T if self.tb else inputs.normal(11, (self.k, self.n))
         return a, b
 
 
 def mlp_matmuls(batch, width=1024):
     """The three GEMMs of the MLP's hidden Linear(width, width) at a batch: forward, grad input, grad weight."""
-    return (MatmulCase(f"linear fwd x@Wᵀ b{batch}", batch, width, width, transpose_b=True),
+    return (MatmulCase(f"linear fwd x@Wᵀ b{batch}", batch, width, width, tb=True),
             MatmulCase(f"linear bwd gy@W b{batch}", batch, width, width),
-            MatmulCase(f"linear bwd gyᵀ@x b{batch}", width, width, batch))
+            MatmulCase(f"linear bwd gyᵀ@x b{batch}", width, width, batch, ta=True))
 
 
 def matmul_workload(case, impl, inputs):
@@ -482,19 +479,24 @@ def matmul_workload(case, impl, inputs):
 
 
 def run_matmuls(inputs, timer, peak_n, batches, tick=None):
-    """{"peak": the square peak_n GEMM, "cases": MLP GEMMs with GFLOP/s and the fraction of that peak}."""
+    """{"peak": the square peak_n GEMM, "cases": the MLP GEMMs with GFLOP/s and the fraction of that peak}; the
+    peak GEMM is sampled interleaved with every case, as the copy is with the kernels."""
     peak_case = MatmulCase(f"peak {peak_n}^3", peak_n, peak_n, peak_n)
-    rows = []
-    for case in (peak_case, *(c for b in batches for c in mlp_matmuls(b))):
-        t = timer(matmul_workload(case, "kernel", inputs))
-        rows.append({"name": case.name, "m": case.m, "n": case.n, "k": case.k, "flops": case.flops, **t.as_dict(),
-                     "gflops": case.flops / t.median / 1e9})
+    peak_fn = matmul_workload(peak_case, "kernel", inputs)
+    rows, peak_samples = [], []
+    for case in (c for b in batches for c in mlp_matmuls(b)):
+        t = timer.many({"gemm": matmul_workload(case, "kernel", inputs), "peak": peak_fn})
+        peak_samples += t["peak"].samples
+        rows.append({"name": case.name, "m": case.m, "n": case.n, "k": case.k, "flops": case.flops,
+                     **t["gemm"].as_dict(), "gflops": case.flops / t["gemm"].median / 1e9})
         if tick:
             tick(case.name)
-    peak = rows[0]["gflops"]
+    peak_t = Timing(tuple(peak_samples))
+    peak = {"name": peak_case.name, "m": peak_n, "n": peak_n, "k": peak_n, "flops": peak_case.flops,
+            **peak_t.as_dict(), "gflops": peak_case.flops / peak_t.median / 1e9}
     for r in rows:
-        r["fraction_of_peak"] = r["gflops"] / peak
-    return {"peak": rows[0], "cases": rows[1:]}
+        r["fraction_of_peak"] = r["gflops"] / peak["gflops"]
+    return {"peak": peak, "cases": rows}
 
 
 # ---- op-level (autograd) workloads ----------------------------------------------------------------------------------
@@ -591,34 +593,29 @@ def ops(*families):
     return [c for c in OPS if not families or c.family in families]
 
 
-def op_workload(case, impl, inputs, backward=True):
-    """fn() running the op forward (and backward with a ones upstream gradient when ``backward``), building the
-    graph from leaves that require grad each call, as a training step does; raises LookupError if unavailable."""
+def op_workload(case, impl, inputs):
+    """fn() running the op forward, then backward with a ones upstream gradient, building the graph from leaves
+    that require grad each call as a training step does; raises LookupError when unavailable here."""
     import gpugrad
 
     be, xp = inputs.backend, inputs.xp
     args = case.make(xp, inputs)
     if impl == "baseline":
-        gy = None
-        if backward:
-            y, _ = case.baseline(xp, *args, None)
-            gy = xp.ones_like(y) if y.ndim else 1.0
+        y, _ = case.baseline(xp, *args, None)
+        gy = xp.ones_like(y) if y.ndim else 1.0
         return lambda: case.baseline(xp, *args, gy)
     if impl == "gpugrad":
         ts = [gpugrad.tensor(a, device=be.device, requires_grad=i in case.grad) if hasattr(a, "shape") else a
               for i, a in enumerate(args)]
         leaves = [ts[i] for i in case.grad]
-        gy = None
-        if backward:
-            y = case.gg(*ts)
-            gy = gpugrad.tensor(xp.ones_like(y.detach()._data), device=be.device) if y.ndim else None
+        y = case.gg(*ts)
+        gy = gpugrad.tensor(xp.ones_like(y.detach()._data), device=be.device) if y.ndim else None
 
         def run():
             y = case.gg(*ts)
-            if backward:
-                y.backward(gy)
-                for t in leaves:
-                    t.grad = None
+            y.backward(gy)
+            for t in leaves:
+                t.grad = None
             return y
 
         return run
@@ -630,27 +627,26 @@ def op_workload(case, impl, inputs, backward=True):
         for i in case.grad:
             ts[i] = ts[i].detach().clone().requires_grad_(True)
         leaves = [ts[i] for i in case.grad]
-        y0 = case.torch(th, *ts)
-        gy = th.ones_like(y0) if (backward and y0.ndim) else None
+        y = case.torch(th, *ts)
+        gy = th.ones_like(y) if y.ndim else None
 
         def run_torch():
             y = case.torch(th, *ts)
-            if backward:
-                y.backward(gy)
-                for t in leaves:
-                    t.grad = None
+            y.backward(gy)
+            for t in leaves:
+                t.grad = None
             return y
 
         return run_torch
     raise ValueError(f"unknown implementation {impl!r}; expected one of {OP_IMPLS}")
 
 
-# ---- MLP training step ------------------------------------------------------------------------------------------------
+# ---- MLP training step -----------------------------------------------------------------------------------------------
 MLP_SIZES = (784, 1024, 1024, 10)
 
 
 def baseline_mlp_step(xp, params, x, t, lr=0.01):
-    """A hand-written training step on ``xp`` (the same math as benchmarks/mlp_reference.py): forward, mean softmax
+    """A hand-written training step on ``xp`` (the baseline of benchmarks/bench_mlp.py): forward, mean softmax
     cross-entropy, backward and an in-place SGD update of params [W1, b1, W2, b2, ...] (W as (out, in)).
     Returns the loss as a 0-d array (no host synchronization on the GPU)."""
     n, layers = x.shape[0], len(params) // 2
@@ -691,18 +687,22 @@ def mlp_batch(backend, batch, sizes=MLP_SIZES, seed=1):
 
 def mlp_steps(backend, batch, sizes=MLP_SIZES, lr=0.01, seed=0, impls=("baseline", "gpugrad", "torch")):
     """{impl: step()} for the ReLU MLP's SGD training step at ``batch``, all from the same initial parameters
-    (gpugrad's nn.Linear init, copied); each step() returns the loss (an array or tensor, unsynchronized).
+    (torch's Linear init, drawn from ``seed``); each step() returns the loss (an array or tensor, unsynchronized).
     Unavailable implementations map to the reason (a str)."""
     import gpugrad
     from gpugrad import nn
 
-    gpugrad.manual_seed(seed)
-    layers = []
+    rng = np.random.default_rng(seed)
+    host, layers = [], []
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        bound = 1 / math.sqrt(fan_in)
+        host += [rng.uniform(-bound, bound, shape).astype(np.float32) for shape in ((fan_out, fan_in), (fan_out,))]
         layers += [nn.Linear(fan_in, fan_out, device=backend.device)] + ([nn.ReLU()] if i < len(sizes) - 2 else [])
     model = nn.Sequential(*layers)
     params = list(model.parameters())
-    host = [p.detach().numpy().copy() for p in params]
+    with gpugrad.no_grad():
+        for p, h in zip(params, host):
+            p.copy_(gpugrad.tensor(h, device=backend.device))
     x, t = mlp_batch(backend, batch, sizes)
     steps = {}
     if "baseline" in impls:
@@ -718,33 +718,20 @@ def mlp_steps(backend, batch, sizes=MLP_SIZES, lr=0.01, seed=0, impls=("baseline
 
 def _gpugrad_mlp_step(model, params, x, t, lr):
     import gpugrad
+    from gpugrad.optim import SGD
+
     F = _F()
     xt, tt = gpugrad.tensor(x, device=params[0].device), gpugrad.tensor(t, device=params[0].device)
-    try:
-        from gpugrad.optim import SGD
-    except ImportError:  # optim not installed in this tree: the same update on raw tensors
-        SGD = None
-    if SGD is not None:
-        opt = SGD(params, lr=lr)
+    opt = SGD(params, lr=lr)
 
-        def step():
-            opt.zero_grad()
-            loss = F.cross_entropy(model(xt), tt)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
-    def step_raw():
-        for p in params:
-            p.grad = None
+    def step():
+        opt.zero_grad()
         loss = F.cross_entropy(model(xt), tt)
         loss.backward()
-        with gpugrad.no_grad():
-            for p in params:
-                p._data -= lr * p.grad._data
+        opt.step()
         return loss
-    return step_raw
+
+    return step
 
 
 def _torch_mlp_step(th, dev, host, sizes, x, t, lr):
@@ -787,7 +774,7 @@ def run_mlp(backend, timer, batches, repeats=None, tick=None):
     return out
 
 
-# ---- engine overhead ---------------------------------------------------------------------------------------------------
+# ---- engine overhead -------------------------------------------------------------------------------------------------
 def tiny_chain(impl, backend, n_ops):
     """fn() running ``n_ops`` multiplies of a 4-element tensor forward, then backward: the per-op engine cost."""
     if impl == "gpugrad":
@@ -828,7 +815,76 @@ def run_engine(backend, timer, n_ops, tick=None):
     return out
 
 
-# ---- one device, end to end ---------------------------------------------------------------------------------------------
+# ---- optimizer step over a model's parameters ------------------------------------------------------------------------
+OPTIMIZERS = ("sgd", "adam")
+OPTIM_IMPLS = ("gpugrad", "gpugrad_flat", "baseline", "torch")
+
+
+def optimizer_workload(kind, impl, backend, sizes=MLP_SIZES, seed=0):
+    """fn() running one optimizer step over the MLP's parameters with fixed gradients: "sgd" (momentum 0.9, lr
+    0.01) or "adam" (lr 1e-3); gpugrad's optimizer per tensor or ``flat`` (one fused launch per buffer), the
+    hand-written per-tensor update, or torch.optim. Raises LookupError when the implementation is unavailable."""
+    rng = np.random.default_rng(seed)
+    shapes = [s for fan_in, fan_out in zip(sizes[:-1], sizes[1:]) for s in ((fan_out, fan_in), (fan_out,))]
+    host = [(rng.standard_normal(s, dtype=np.float32), rng.standard_normal(s, dtype=np.float32)) for s in shapes]
+    if impl.startswith("gpugrad"):
+        import gpugrad
+
+        try:
+            from gpugrad import optim
+        except ImportError as e:
+            raise LookupError(f"gpugrad.optim is not importable: {e}") from None
+        params = []
+        for p, g in host:
+            t = gpugrad.tensor(p, device=backend.device, requires_grad=True)
+            t.grad = gpugrad.tensor(g, device=backend.device)
+            params.append(t)
+        flat = impl == "gpugrad_flat"
+        opt = optim.SGD(params, lr=0.01, momentum=0.9, flat=flat) if kind == "sgd" else \
+            optim.Adam(params, lr=1e-3, flat=flat)
+        return opt.step
+    if impl == "baseline":
+        xp = backend.xp
+        ps = [(backend.asarray(p), backend.asarray(g)) for p, g in host]
+        if kind == "sgd":
+            bufs = [xp.zeros_like(p) for p, _ in ps]
+            return lambda: [_sgd_base(xp, p, g, b, 0.01, 0.9, 0.0, 0.0, False, False) for (p, g), b in zip(ps, bufs)]
+        ms, vs, step = [xp.zeros_like(p) for p, _ in ps], [xp.zeros_like(p) for p, _ in ps], [0]
+
+        def adam():
+            step[0] += 1
+            for (p, g), m, v in zip(ps, ms, vs):
+                _adam_base(xp, p, g, m, v, step[0], 1e-3, 0.9, 0.999, 1e-8, 0.0, False)
+        return adam
+    if impl == "torch":
+        th, dev = torch_for(backend)
+        if th is None:
+            raise LookupError(dev)
+        params = []
+        for p, g in host:
+            t = th.tensor(p, device=dev, requires_grad=True)
+            t.grad = th.tensor(g, device=dev)
+            params.append(t)
+        opt = th.optim.SGD(params, lr=0.01, momentum=0.9) if kind == "sgd" else th.optim.Adam(params, lr=1e-3)
+        return opt.step
+    raise ValueError(f"unknown implementation {impl!r}; expected one of {OPTIM_IMPLS}")
+
+
+# ---- benchmarks/ helpers ---------------------------------------------------------------------------------------------
+def bench_shape(device_name, enabled):
+    """(rows, cols) of kernel and op inputs in benchmarks/: modest under --benchmark-disable (CI runs each once)."""
+    if not enabled:
+        return (64, 256)
+    return (8192, 8192) if device_name == "cuda" else (2048, 4096)
+
+
+@functools.lru_cache(maxsize=1)
+def shared_inputs(device_name, rows, cols):
+    """One Inputs per (device, shape), reused by consecutive benchmarks (cases copy what they write)."""
+    return Inputs(get_backend(device_name), rows, cols)
+
+
+# ---- one device, end to end ------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Sizes and repeats for one device. ``shape``: (rows, cols) of the float32 kernel inputs; the peak copy moves
@@ -851,7 +907,7 @@ class Config:
     @property
     def steps(self):
         """Progress ticks a run of this config makes."""
-        return len(KERNELS) + 1 + 3 * len(self.batches) + 3 * len(self.batches) + 2
+        return len(KERNELS) + 3 * len(self.batches) + 3 * len(self.batches) + 2
 
 
 def config_for(device_name, quick=False, shape=None):
@@ -865,7 +921,7 @@ def config_for(device_name, quick=False, shape=None):
                                       min_sample_s=0.01, mlp_repeats=30)
     else:
         cfg = Config(shape=(1024, 2048), repeats=5, batches=(512,), matmul_peak_n=1024, tiny_ops=200,
-                     min_sample_s=0.004, mlp_repeats=3)
+                     min_sample_s=0.004, mlp_repeats=5)
         if not quick:
             cfg = dataclasses.replace(cfg, shape=(4096, 4096), repeats=9, matmul_peak_n=2048, tiny_ops=1000,
                                       min_sample_s=0.02, mlp_repeats=9)
@@ -877,7 +933,8 @@ def run_device(device_name, config, tick=None):
     be = get_backend(device_name)
     timer = timer_for(be, repeats=config.repeats, min_sample_s=config.min_sample_s)
     rows, peak = run_kernels(Inputs(be, *config.shape), timer, peak_copy(be, config.copy_bytes), tick=tick)
-    # (the kernel inputs are freed here, before the matmul and MLP allocate theirs)
+    # (the kernel inputs are freed here, before the matmul and MLP allocate theirs; matmul operands are shaped per
+    # case, so their Inputs' own shape is unused)
     result = {"device": device_name, "config": {**dataclasses.asdict(config), "copy_bytes": config.copy_bytes},
               "peak_bandwidth": peak, "kernels": rows}
     result["matmul"] = run_matmuls(Inputs(be, 1, 1, seed=2), timer, config.matmul_peak_n, config.batches, tick=tick)
@@ -888,4 +945,5 @@ def run_device(device_name, config, tick=None):
 
 __all__ = ["Timing", "Inputs", "KernelCase", "KERNELS", "OpCase", "OPS", "MatmulCase", "Config", "bytes_moved",
            "kernel_workload", "op_workload", "matmul_workload", "baseline_mlp_step", "mlp_steps", "config_for",
-           "run_device", "kernels", "ops", "mlp_matmuls", "tiny_chain", "torch_for"]
+           "run_device", "kernels", "ops", "mlp_matmuls", "tiny_chain", "torch_for", "optimizer_workload", "synced",
+           "bench_shape", "shared_inputs"]

@@ -25,7 +25,8 @@ def _shape(text):
 
 
 def add_arguments(parser):
-    parser.description = __doc__.split("\n\n")[0]
+    parser.description = ("Kernel bandwidth, matmul GFLOP/s, MLP training throughput and engine overhead per device, "
+                          "each next to a reference measured in the same run.")
     parser.add_argument("--device", choices=DEVICES, default="all",
                         help="where to measure (default: all: cpu, and cuda when available)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke run)")
@@ -33,6 +34,8 @@ def add_arguments(parser):
                         help="shape of the kernel inputs (default: per device, see gpugrad.bench.suites.config_for)")
     parser.add_argument("--json", metavar="PATH", help="write every figure and the environment as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="bar chart of fractions of peak (needs matplotlib)")
+    parser.add_argument("--torch-threads", type=int, metavar="N",
+                        help="PyTorch intra-op threads for the torch peer (default: PyTorch's own default)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -80,6 +83,10 @@ def run(args) -> int:
         except PlotUnavailable as e:
             print(f"gpugrad bench: {e}", file=sys.stderr)
             return 2
+    if args.torch_threads:
+        th, _ = suites.torch_for(suites.get_backend("cpu"))
+        if th is not None:
+            th.set_num_threads(args.torch_threads)
     env = report.environment()
     results = {"environment": env, "quick": bool(args.quick), "devices": {}, "skipped": skipped}
     for device in devices:
