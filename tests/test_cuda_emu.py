@@ -1,6 +1,7 @@
 """The CUDA-on-CPU emulator (gpugrad.testing.cuda_emu): fixture kernels against NumPy under every schedule,
-the bugs it must expose (missing barrier, divergent barrier, divergent warp op, deadlock), argument checks,
-EmuRuntime's CuPy slice, and the compile cache."""
+the bugs it must expose (missing barrier, shared buffer reused without a barrier, divergent barrier, divergent
+warp op, deadlock), what each schedule runs when, argument checks, EmuRuntime's CuPy slice, and the compile
+cache."""
 import os
 import re
 import subprocess
@@ -17,7 +18,8 @@ from gpugrad.testing.cuda_emu import EmuModule, EmuRuntime, EmulationError, comp
 pytestmark = pytest.mark.skipif(not compiler_available(), reason="g++ not found (the CUDA emulator compiles with it)")
 
 FIX = Path(cuda_emu.__file__).parent / "fixtures"
-SCHEDULES = ["forward", "reverse", "random"]
+# Lock-step thread orders, then the same orders one warp at a time (races between warps; see runtime.cpp).
+SCHEDULES = ["forward", "reverse", "random", "warp-serial", "warp-reverse", "warp-random"]
 DTYPES = [np.float32, np.float64]
 CT = {np.float32: "float", np.float64: "double"}
 
@@ -30,13 +32,14 @@ def source(name):
 @pytest.fixture(scope="module")
 def k():
     names = [f"{n}<{t}>" for n in ("axpy", "block_sum", "warp_sum_atomic") for t in ("float", "double")]
-    names += ["histogram", "reverse_blocks<float>", "transpose<double>", "warp_ops", "thread_ids", "apply_mode"]
+    names += ["histogram", "reverse_blocks<float>", "transpose<double>", "warp_ops", "thread_ids", "apply_mode",
+              "row_max_sum<double>", "event_order"]
     return EmuModule(source("emu_kernels.cu"), names, include_dirs=[FIX], source_name="emu_kernels.cu").get_function
 
 
 @pytest.fixture(scope="module")
 def bugs():
-    names = ["block_sum_missing_barrier<double>", "divergent_barrier", "two_barriers", "shuffle_exited_lane",
+    names = ["block_sum_missing_barrier<double>", "row_max_sum_missing_barrier<double>", "divergent_barrier", "two_barriers", "shuffle_exited_lane",
              "shuffle_vs_barrier", "traps", "asserts"]
     return EmuModule(source("emu_bugs.cu"), names, include_dirs=[FIX], source_name="emu_bugs.cu").get_function
 
@@ -146,14 +149,70 @@ def test_missing_barrier_shows_under_some_schedule(k, bugs):
     np.testing.assert_array_equal(got["reverse"], want)
 
 
-def test_random_schedule_is_reproducible_by_seed(bugs):
+def test_reused_shared_buffer_race_shows_only_under_warp_reverse(k, bugs):
+    """Two block reductions through one __shared__ slot array with no barrier between (the bug of a block_reduce
+    that lost its leading __syncthreads). Every lock-step schedule misses it; warp-reverse runs warp 0, which
+    writes the result, after every other warp has overwritten its max partial with its sum partial."""
+    rows, cols, block = 3, 1000, 256  # 8 warps
+    # Positive integers: exact in any order, and every warp's sum partial exceeds every element (the race shows).
+    x = np.random.default_rng(10).integers(1, 100, (rows, cols)).astype(np.float64)
+    want = np.stack([x.max(1), x.sum(1)], 1).ravel()
+    got = {}
+    for schedule in SCHEDULES:
+        good = np.zeros(2 * rows)
+        k("row_max_sum<double>")((rows,), (block,), (x, good, np.int32(cols)), schedule=schedule, seed=1)
+        np.testing.assert_array_equal(good, want)  # with the barrier: right under every schedule
+        got[schedule] = np.zeros(2 * rows)
+        bugs("row_max_sum_missing_barrier<double>")((rows,), (block,), (x, got[schedule], np.int32(cols)),
+                                                    schedule=schedule, seed=1)
+    for schedule in ("forward", "reverse", "random", "warp-serial"):  # warp-serial: warp 0 reads first
+        np.testing.assert_array_equal(got[schedule], want, err_msg=schedule)
+    np.testing.assert_array_equal(got["warp-reverse"][1::2], want[1::2])  # the sums are right,
+    assert (got["warp-reverse"][::2] > want[::2]).all()  # the maxima took other warps' sum partials
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_what_runs_when(k, schedule):
+    """Tickets drawn from one counter record the order: the warp-* schedules run each warp alone, in their warp
+    order, up to the block barrier; the others interleave the warps. Block (40, 2): warps by linear thread id, the
+    last of 16 lanes."""
+    order = np.full(3 * 80, -1, np.int32)
+    k("event_order")((1,), (40, 2), (order, np.zeros(1, np.int32)), schedule=schedule, seed=3)
+    t, warp = order.reshape(80, 3), np.arange(80) // 32
+    assert sorted(order) == list(range(240))
+    assert t[:, :2].max() < t[:, 2].min()  # the block barrier
+    for w in range(3):
+        assert t[warp == w, 0].max() < t[warp == w, 1].min()  # the warp op: a rendezvous within the warp
+    phases = [t[:, :2], t[:, 2:]]
+    alone = [np.ptp(p[warp == w]) == p[warp == w].size - 1 for p in phases for w in range(3)]  # contiguous runs
+    if not schedule.startswith("warp-"):
+        assert not all(alone)
+        return
+    assert all(alone)
+    firsts = [[p[warp == w].min() for w in range(3)] for p in phases]
+    lanes0 = t[warp == 0, 0]  # lane order of the first event within warp 0
+    if schedule == "warp-serial":
+        assert all(np.argsort(f).tolist() == [0, 1, 2] for f in firsts) and (np.diff(lanes0) > 0).all()
+    elif schedule == "warp-reverse":
+        assert all(np.argsort(f).tolist() == [2, 1, 0] for f in firsts) and (np.diff(lanes0) < 0).all()
+
+
+@pytest.mark.parametrize("schedule", ["random", "warp-random"])
+def test_random_schedules_are_reproducible_by_seed(k, bugs, schedule):
     x = np.random.default_rng(8).integers(-100, 100, 1024).astype(np.float64)
     runs = []
     for seed in (3, 3, 4):
         out = np.zeros(4)
-        bugs("block_sum_missing_barrier<double>")((4,), (256,), (x, out, len(x)), schedule="random", seed=seed)
+        bugs("block_sum_missing_barrier<double>")((4,), (256,), (x, out, len(x)), schedule=schedule, seed=seed)
         runs.append(out)
     np.testing.assert_array_equal(runs[0], runs[1])
+    if schedule == "warp-random":  # the warp order is drawn from the seed
+        orders = set()
+        for seed in range(8):
+            order = np.zeros(3 * 96, np.int32)
+            k("event_order")((1,), (96,), (order, np.zeros(1, np.int32)), schedule=schedule, seed=seed)
+            orders.add(tuple(np.argsort(order.reshape(3, 32, 3)[:, :, 0].min(1))))
+        assert len(orders) > 1
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -173,7 +232,8 @@ def test_kernel_bugs_raise_promptly(bugs, kernel, match, schedule):
     x = np.zeros(64, np.float32)
     start = time.perf_counter()
     # Both blocks fail; the one reported is the first in schedule order (reverse runs block 1 first).
-    with pytest.raises(EmulationError, match=match.replace("B", "1" if schedule == "reverse" else "0")):
+    first = "1" if schedule in ("reverse", "warp-reverse") else "0"
+    with pytest.raises(EmulationError, match=match.replace("B", first)):
         bugs(kernel)((2,), (64,), (x,), schedule=schedule, threads=2)
     assert time.perf_counter() - start < 2
     y = np.zeros(1)  # the process and the module are still usable

@@ -1,6 +1,7 @@
 """Every CUDA kernel, run unchanged on the CPU emulator (gpugrad/testing/cuda_emu) through its real launcher and
 held to backend/reference.py: float32 and float64, sizes that are not multiples of the block, contiguous and
-strided inputs, under two thread schedules ("forward" and "random" interleavings of the threads of a block).
+strided inputs, under three thread schedules ("forward", "random", and "warp-reverse", which lets warps run ahead
+of each other between barriers so reuse of shared scratch without a barrier shows).
 Also, without the emulator: every kernel in kernels/*.cu has a launcher, a reference and a case, and launchers
 reject bad inputs by name.
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -22,7 +25,7 @@ except ImportError as e:  # the emulator is optional: these tests skip, the stat
 else:
     _EMU_MISSING = None if compiler_available() else "CPU emulator: no C++ compiler found"
 
-SCHEDULES = ("forward", "random")
+SCHEDULES = ("forward", "random", "warp-reverse")  # warp-reverse: races between warps (cuda_emu/runtime.cpp)
 needs_emu = pytest.mark.skipif(_EMU_MISSING is not None, reason=_EMU_MISSING or "")
 
 
@@ -228,3 +231,75 @@ def test_sources_point_errors_at_the_cu_files():
 def test_row_block_sizes():
     assert [kernels.row_block(c, 4) for c in (1, 256, 257, 1000, 4097, 8192, 10**6)] == [32, 32, 64, 128, 1024, 1024, 1024]
     assert [kernels.row_block(c, 8) for c in (1, 128, 129, 1000, 4096, 4097)] == [32, 32, 64, 256, 1024, 1024]
+
+
+def test_importing_the_kernel_modules_does_not_import_cupy():
+    code = ("import sys, gpugrad.backend.kernels, gpugrad.backend.reference, gpugrad.testing.nvrtc_check; "
+            "sys.exit('cupy' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=kernels.kernel_dir().parent).returncode == 0
+
+
+# ---- the references follow PyTorch (optional oracle) -----------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_references_match_torch_activations_norm_and_losses(torch, dtype):
+    rng = np.random.default_rng(0)
+    x, gy = _rand(rng, dtype, (5, 7), 3.0), _rand(rng, dtype, (5, 7))
+    w, b, t, g = _rand(rng, dtype, (7,)), _rand(rng, dtype, (7,)), rng.integers(0, 7, 5), _rand(rng, dtype, (5,))
+    tol = TOLERANCE[np.dtype(dtype)]
+
+    def grads(f, *arrays, cotangent):
+        ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+        out = f(*ts)
+        out.backward(torch.tensor(cotangent))
+        return [out.detach().numpy()] + [a.grad.numpy() for a in ts]
+
+    want = grads(lambda a: torch.nn.functional.gelu(a, approximate="tanh"), x, cotangent=gy)
+    _close([reference.gelu_fwd(np, x), reference.gelu_bwd(np, x, gy)], want, tol)
+    want = grads(lambda a, w_, b_: torch.nn.functional.layer_norm(a, (7,), w_, b_, 1e-5), x, w, b, cotangent=gy)
+    y, mean, rstd = reference.layer_norm_fwd(np, x, w, b, 1e-5)
+    _close([y, *reference.layer_norm_bwd(np, x, w, mean, rstd, gy)], want, tol)
+    tt = torch.tensor(t)
+    want = grads(lambda a: torch.nn.functional.cross_entropy(a, tt, reduction="none"), x, cotangent=g)
+    loss, lse = reference.softmax_xent_fwd(np, x, t)
+    _close([loss, reference.softmax_xent_bwd(np, x, t, lse, g)], want, tol)
+    want = grads(lambda a: torch.log_softmax(a, -1).gather(1, tt[:, None])[:, 0], x, cotangent=g)
+    logp, lse = reference.token_logprob_fwd(np, x, t)
+    _close([logp, reference.token_logprob_bwd(np, x, t, lse, g)], want, tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("opt, kw", [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01)),
+    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    ("Adam", dict(lr=1e-2, weight_decay=0.01)),
+    ("AdamW", dict(lr=1e-2, weight_decay=0.01)),
+])
+def test_reference_optimizers_match_torch(torch, dtype, opt, kw):
+    rng = np.random.default_rng(0)
+    p = _rand(rng, dtype, (50,))
+    tp = torch.nn.Parameter(torch.tensor(p))
+    topt = getattr(torch.optim, opt)([tp], foreach=False, **kw)
+    buf, m, v = np.zeros_like(p), np.zeros_like(p), np.zeros_like(p)
+    for step in range(1, 6):
+        g = _rand(rng, dtype, (50,))
+        tp.grad = torch.tensor(g)
+        topt.step()
+        if opt == "SGD":
+            momentum = kw.get("momentum", 0.0)
+            reference.sgd_update_(np, p, g, buf if momentum else None, kw["lr"], momentum, kw.get("dampening", 0.0),
+                                  kw.get("weight_decay", 0.0), kw.get("nesterov", False), step == 1)
+        else:
+            reference.adam_update_(np, p, g, m, v, step, kw["lr"], 0.9, 0.999, 1e-8, kw["weight_decay"],
+                                   opt == "AdamW")
+    _close([p], [tp.detach().numpy()], TOLERANCE[np.dtype(dtype)])
+
+
+def _rand(rng, dtype, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def _close(got, want, tol):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=tol[0], atol=tol[1])

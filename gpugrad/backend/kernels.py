@@ -199,8 +199,8 @@ def _check_shapes(name, shape, *arrays):
 def _check_2d(name, x):
     if x.ndim != 2:
         raise ValueError(f"{name}: expected a 2-D (rows, cols) array, got {_describe([x])}")
-    if x.shape[0] > 2**31 - 1:
-        raise ValueError(f"{name}: {x.shape[0]} rows exceed the grid limit 2**31 - 1")
+    if x.shape[0] > 2**31 - 1 or x.shape[1] > 2**31 - 1:
+        raise ValueError(f"{name}: at most 2**31 - 1 rows (grid.x) and columns (int indices), got {x.shape}")
 
 
 def row_block(cols: int, itemsize: int) -> int:
@@ -439,8 +439,9 @@ def sum_rows(xp, g):
 
 # ---- losses (loss.cu) ---------------------------------------------------------------------------------------
 def _check_targets(name, x, t):
-    if t.dtype.kind not in "iu" or tuple(t.shape) != tuple(x.shape[:1]):
-        raise TypeError(f"{name}: expected integer class ids of shape ({x.shape[0]},), got {_describe([t])}")
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected integer class ids, got {_describe([t])}")
+    _check_shapes(name, x.shape[:1], t)
 
 
 def _xent_fwd(name, x, t, sign):

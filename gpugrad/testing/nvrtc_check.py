@@ -4,7 +4,8 @@ Each ``kernels/<family>.cu`` is compiled exactly as the CuPy launchers compile i
 ``kernels.OPTIONS`` and every name expression in ``kernels.NAME_EXPRESSIONS``, plus ``-arch=sm_90 -Xptxas -v`` so
 NVRTC emits a CUBIN and ptxas prints per-kernel registers, shared memory, spills and stack (local memory).
 The ElementwiseKernel operations have no kernel of their own until CuPy generates one, so the elementwise family
-also gets one wrapper ``__global__`` per ``kernels.ELEMENTWISE`` entry and dtype, built from the same strings.
+also gets one wrapper ``__global__`` per ``kernels.ELEMENTWISE`` entry and dtype, built from the same strings;
+when CuPy is installed, that family is compiled once more behind CuPy's headers and typedefs, as CuPy does.
 
     python -m gpugrad.testing.nvrtc_check [--arch sm_90]    # table; exit 1 on an error, a spill or local memory
 
@@ -97,7 +98,23 @@ def _sources():
         if family == "elementwise":
             extra, extra_names = elementwise_wrappers()
             src, names = src + extra, names + extra_names
-        yield family, src, names
+        yield family, src, names, None
+
+
+def cupy_elementwise_source():
+    """(label, source, names, options) of the elementwise preamble as cupy.ElementwiseKernel compiles it: after
+    CuPy's headers and its global ``typedef <dtype> T;`` (name clashes show up only there), with CuPy's option
+    assembly; None without CuPy (its internals here need no GPU)."""
+    try:
+        from cupy._core import core
+
+        prelude = "".join(f"#include <{h}>\n" for h in core._cupy_header_list)
+        options = tuple(core.assemble_cupy_compiler_options(kernels.OPTIONS))
+    except Exception:  # no CuPy, or one without these internals: the plain compile still ran
+        return None
+    ew, names = elementwise_wrappers()
+    src = f"{prelude}typedef float T;\ntypedef float U;\n{kernels.source('elementwise')}{ew}"
+    return "elementwise+cupy", src, [n for n in names if n.endswith("<float, float>")], options
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
@@ -134,7 +151,7 @@ def _check_call(nvrtc, result, what):
     return result[1:] if isinstance(result, tuple) else ()
 
 
-def compile_family(family, src, names, arch=ARCH):
+def compile_family(family, src, names, arch=ARCH, options=None):
     from cuda.bindings import nvrtc
 
     (prog,) = _check_call(nvrtc, nvrtc.nvrtcCreateProgram(src.encode(), f"{family}.cu".encode(), 0, [], []),
@@ -142,7 +159,7 @@ def compile_family(family, src, names, arch=ARCH):
     try:
         for n in names:
             _check_call(nvrtc, nvrtc.nvrtcAddNameExpression(prog, n.encode()), f"nvrtcAddNameExpression({n})")
-        opts = [o.encode() for o in (*kernels.OPTIONS, f"-arch={arch}", "-Xptxas", "-v")]
+        opts = [o.encode() for o in (*(options or kernels.OPTIONS), f"-arch={arch}", "-Xptxas", "-v")]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         (size,) = _check_call(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
         buf = b" " * size
@@ -162,7 +179,10 @@ def compile_family(family, src, names, arch=ARCH):
 
 
 def check(arch=ARCH):
-    return [compile_family(f, src, names, arch) for f, src, names in _sources()]
+    sources = list(_sources())
+    if (cupy_env := cupy_elementwise_source()) is not None:
+        sources.append(cupy_env)
+    return [compile_family(f, src, names, arch, options) for f, src, names, options in sources]
 
 
 def problems(results):

@@ -6,6 +6,9 @@ thread becomes a fiber (see runtime.cpp), launched from Python over NumPy arrays
 
 Divergent barriers, divergent warp ops and deadlocks raise EmulationError naming kernel, block and threads;
 running under the "forward", "reverse" and "random" schedules makes missing barriers show as wrong results.
+Those keep all warps of a block in lock-step (every warp op is a rendezvous); "warp-serial", "warp-reverse" and
+"warp-random" run one warp at a time up to the next block barrier, so races between warps (a __shared__ buffer
+reused by a second block reduction without a barrier between) show too (see runtime.cpp).
 EmuRuntime mimics the slice of CuPy that the kernel launchers use (RawModule kernels, ElementwiseKernel).
 """
 from __future__ import annotations
@@ -34,7 +37,9 @@ _RUNTIME_SRC = _HERE / "runtime.cpp"
 # -O2 costs ~40% more compile time for no test-visible gain. Stack-clash protection probes every page of a big
 # frame, so a kernel with large local arrays hits its fiber's guard page instead of a neighbour fiber's stack.
 _FLAGS = ("-O1", "-fPIC", "-shared", "-pthread", "-fstack-clash-protection")
-_SCHEDULES = {"forward": 0, "reverse": 1, "random": 2}
+# Thread order within a block (and block order): ascending, descending, seeded shuffle; the warp-* variants use
+# the same order per warp and run each warp alone until it reaches a block barrier (runtime.cpp decodes % 3, >= 3).
+_SCHEDULES = {"forward": 0, "reverse": 1, "random": 2, "warp-serial": 3, "warp-reverse": 4, "warp-random": 5}
 # nvcc/NVRTC-only options that mean nothing to g++ (CuPy launchers may pass them through).
 _DEVICE_ONLY_OPTIONS = ("-arch", "--gpu-architecture", "-use_fast_math", "--use_fast_math", "--fmad", "-lineinfo",
                         "--generate-line-info", "-G", "--device-debug", "-rdc", "--relocatable-device-code",
@@ -273,7 +278,7 @@ class EmuFunction:
     def __call__(self, grid, block, args, shared_mem: int = 0, schedule: str = "forward", seed: int = 0,
                  threads: int | None = None) -> None:
         if schedule not in _SCHEDULES:
-            raise ValueError(f"schedule must be one of {sorted(_SCHEDULES)}, got {schedule!r}")
+            raise ValueError(f"schedule must be one of {list(_SCHEDULES)}, got {schedule!r}")
         args = tuple(args)
         cfg = (ctypes.c_int64 * 10)(*_dims(grid, "grid"), *_dims(block, "block"), int(shared_mem),
                                     _SCHEDULES[schedule], int(seed) & (2**63 - 1), threads or _default_threads())

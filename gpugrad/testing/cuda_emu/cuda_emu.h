@@ -67,7 +67,8 @@ unsigned active_mask();
 [[noreturn]] void fail(const char* what);  // ends the calling fiber and fails the launch with `what`
 
 typedef void (*Thunk)(void* ctx);
-// cfg: grid xyz, block xyz, shared_mem, schedule, seed, worker threads. Returns 0, or 1 with `err` filled.
+// cfg: grid xyz, block xyz, shared_mem, schedule (0-5: forward, reverse, random, then the same one warp at a
+// time: warp-serial, warp-reverse, warp-random), seed, worker threads. Returns 0, or 1 with `err` filled.
 int run_grid(const int64_t* cfg, Thunk thunk, void* ctx, const char* kernel, char* err, int errlen);
 
 inline unsigned char* dynamic_smem() { return tls_dynamic_smem; }

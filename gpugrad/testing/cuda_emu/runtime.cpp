@@ -7,6 +7,16 @@
 // it and start the next phase) or the kernel is wrong (divergent barrier, divergent warp op, deadlock) and the
 // launch fails with a message instead of hanging. A thread runs alone between its yield points, so a missing
 // __syncthreads shows up as a wrong result in at least one of the forward/reverse orders.
+//
+// Schedules (cfg[7]): 0 forward, 1 reverse, 2 random (seeded, redrawn each phase) order the block's threads. In
+// those a warp op is a rendezvous that each pass completes for every warp, so all warps advance in lock-step and
+// none gets more than about one warp op ahead of another. On a GPU warps are independent: warp 7 can finish one
+// block reduction, start the next and write its partial into a reused __shared__ slot before warp 0 has read
+// the first reduction's. 3 warp-serial, 4 warp-reverse, 5 warp-random run one warp at a time instead: in each
+// barrier phase, warps in ascending, descending or shuffled order (lanes likewise within a warp), each warp run
+// until all its lanes wait at a block barrier or have finished before the next starts. Lanes of the running warp
+// keep the round-robin above, so their warp ops still rendezvous. warp-reverse is the one that catches reuse of
+// a shared slot without a barrier between: warp 0, which usually writes the block's result, reads last.
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -169,7 +179,7 @@ struct Worker {
     const char* kernel;
     Context scheduler;
     std::vector<Fiber> fibers;
-    std::vector<int> order;
+    std::vector<int> order, warps, seg_end;  // this phase's thread order, warp order, and segment ends in order
     std::vector<unsigned> warp_waiting, warp_exited;  // per warp: lanes in a warp op / lanes that have finished
     std::vector<unsigned char> smem;
     Stacks stacks;
@@ -468,18 +478,41 @@ static bool run_block(Worker& w, int64_t b) {
     std::fill(w.warp_waiting.begin(), w.warp_waiting.end(), 0u);
     std::fill(w.warp_exited.begin(), w.warp_exited.end(), 0u);
     std::mt19937_64 rng(uint64_t(c[8]) * 0x9E3779B97F4A7C15ull + uint64_t(b));
+    const int kind = int(c[7] % 3);  // 0 ascending, 1 descending, 2 shuffled
+    const bool by_warp = c[7] >= 3;
+    const int nwarps = (w.n + 31) / 32;
     for (;;) {
-        // A new barrier phase: draw this phase's order.
-        for (int i = 0; i < w.n; ++i) w.order[i] = c[7] == 1 ? w.n - 1 - i : i;
-        if (c[7] == 2) std::shuffle(w.order.begin(), w.order.begin() + w.n, rng);
-        for (bool ran = true; ran;) {
-            ran = false;
-            for (int k = 0; k < w.n; ++k) {
-                Fiber& f = w.fibers[w.order[k]];
-                if (f.state != RUN) continue;
-                resume(w, f);
-                ran = true;
-                if (w.failed) return false;
+        // A new barrier phase: draw this phase's order, as segments of w.order each run until none can proceed.
+        // Plain schedules: one segment, all threads. Warp schedules: one segment per warp, in the warp order.
+        if (!by_warp) {
+            for (int i = 0; i < w.n; ++i) w.order[i] = kind == 1 ? w.n - 1 - i : i;
+            if (kind == 2) std::shuffle(w.order.begin(), w.order.begin() + w.n, rng);
+            w.seg_end.assign(1, w.n);
+        } else {
+            w.seg_end.clear();
+            for (int v = 0; v < nwarps; ++v) w.warps[v] = kind == 1 ? nwarps - 1 - v : v;
+            if (kind == 2) std::shuffle(w.warps.begin(), w.warps.begin() + nwarps, rng);
+            int k = 0;
+            for (int v = 0; v < nwarps; ++v) {
+                const int base = w.warps[v] * 32, lanes = std::min(32, w.n - base), start = k;
+                for (int j = 0; j < lanes; ++j) w.order[k++] = base + (kind == 1 ? lanes - 1 - j : j);
+                if (kind == 2) std::shuffle(w.order.begin() + start, w.order.begin() + k, rng);
+                w.seg_end.push_back(k);
+            }
+        }
+        // Each segment runs until none of its fibers can proceed; one sweep over the segments then leaves the
+        // block quiescent, because only a warp op of the same warp or a barrier release (below, between phases)
+        // makes a blocked fiber runnable again: a later segment never wakes an earlier one.
+        for (size_t g = 0, start = 0; g < w.seg_end.size(); start = size_t(w.seg_end[g++])) {
+            for (bool ran = true; ran;) {
+                ran = false;
+                for (int k = int(start); k < w.seg_end[g]; ++k) {
+                    Fiber& f = w.fibers[w.order[k]];
+                    if (f.state != RUN) continue;
+                    resume(w, f);
+                    ran = true;
+                    if (w.failed) return false;
+                }
             }
         }
         int nbar = 0, ndone = 0;
@@ -511,7 +544,8 @@ int run_grid(const int64_t* cfg, Thunk thunk, void* ctx, const char* kernel, cha
     // Report the failing block that comes first in schedule order, not first in time: blocks before it were
     // all handed out already and run to completion, so the choice is the same with 1 or 2 OS threads.
     int64_t first_k = INT64_MAX;
-    const int64_t offset = cfg[7] == 2 ? int64_t(uint64_t(cfg[8]) % uint64_t(nblocks)) : 0;
+    const int64_t kind = cfg[7] % 3;  // the warp schedules order blocks like their plain counterparts
+    const int64_t offset = kind == 2 ? int64_t(uint64_t(cfg[8]) % uint64_t(nblocks)) : 0;
     auto work = [&] {
         Worker w;
         try {
@@ -522,6 +556,8 @@ int run_grid(const int64_t* cfg, Thunk thunk, void* ctx, const char* kernel, cha
             w.n = int(nthreads);
             w.fibers.resize(w.n);
             w.order.resize(w.n);
+            w.warps.resize((w.n + 31) / 32);
+            w.seg_end.reserve((w.n + 31) / 32);
             w.warp_waiting.resize((w.n + 31) / 32);
             w.warp_exited.resize((w.n + 31) / 32);
             w.smem.resize(size_t(cfg[6]));
@@ -550,7 +586,7 @@ int run_grid(const int64_t* cfg, Thunk thunk, void* ctx, const char* kernel, cha
             const int64_t k = next.fetch_add(1);
             if (k >= nblocks) break;
             // Block order: forward, reverse, or rotated by the seed; with 2 OS threads, blocks also overlap in time.
-            const int64_t b = cfg[7] == 1 ? nblocks - 1 - k : (k + offset) % nblocks;
+            const int64_t b = kind == 1 ? nblocks - 1 - k : (k + offset) % nblocks;
             if (!run_block(w, b)) {
                 std::lock_guard<std::mutex> lock(mu);
                 if (k < first_k) { first_k = k; first_error = w.error; }
