@@ -149,7 +149,8 @@ def report(result, data_desc):
     lines = [f"data: {data_desc} ({result['n_train']} train / {result['n_test']} test)",
              f"model: MLP {'-'.join(map(str, SIZES))} relu, {c['optimizer']} lr={c['lr']:g}, batch {c['batch_size']}, "
              f"{c['epochs']} epochs, seed {c['seed']}; same init and batch order in both",
-             f"gpugrad {gpugrad.__version__} on {result['device']}: test_acc {100 * result['gpugrad']['test_acc']:.2f}%  "
+             f"gpugrad {gpugrad.__version__} on {result['device']}: "
+             f"test_acc {100 * result['gpugrad']['test_acc']:.2f}%  "
              f"{result['gpugrad']['samples_per_s']:,.0f} samples/s",
              f"torch {torch.__version__} on cpu: test_acc {100 * result['torch']['test_acc']:.2f}%  "
              f"{result['torch']['samples_per_s']:,.0f} samples/s",

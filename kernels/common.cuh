@@ -144,26 +144,26 @@ template <typename T> __device__ __forceinline__ void block_reduce_lse(T& m, T& 
 }
 
 // ---- row traversal: a block owns one row; chunk c covers columns [c*K*B, (c+1)*K*B), thread t takes
-// columns base + t + j*B (j < K), so each of the K loads is coalesced across the warp ---------------------------
+// columns base + t + j*B (j < K), so each of the K loads is coalesced across the warp. Column indices are int
+// (the launchers reject rows of 2^31 or more columns); only the row offset needs 64 bits. ------------------------
 template <typename T, int K>
-__device__ __forceinline__ void load_chunk(T (&v)[K], const T* __restrict__ row, long long base, long long cols,
-                                           T fill) {
+__device__ __forceinline__ void load_chunk(T (&v)[K], const T* __restrict__ row, int base, int cols, T fill) {
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-        const long long c = base + threadIdx.x + (long long)j * blockDim.x;
+        const int c = base + threadIdx.x + j * blockDim.x;
         v[j] = c < cols ? row[c] : fill;
     }
 }
 
 // log-sum-exp of one row; chunk 0 stays in `v0` for the caller's output pass (later chunks are re-read).
 template <typename T, int K>
-__device__ __forceinline__ void row_lse(const T* __restrict__ row, long long cols, T (&v0)[K], T& m, T& s) {
-    const long long step = (long long)K * blockDim.x;
+__device__ __forceinline__ void row_lse(const T* __restrict__ row, int cols, T (&v0)[K], T& m, T& s) {
+    const int step = K * blockDim.x;
     m = -inf<T>();
     s = T(0);
     load_chunk(v0, row, 0, cols, -inf<T>());
     lse_add_chunk(m, s, v0);
-    for (long long base = step; base < cols; base += step) {
+    for (int base = step; base < cols; base += step) {
         T v[K];
         load_chunk(v, row, base, cols, -inf<T>());
         lse_add_chunk(m, s, v);

@@ -11,9 +11,10 @@
 template <typename T>
 __global__ void __launch_bounds__(1024)
 softmax_xent_fwd(const T* __restrict__ x, const long long* __restrict__ t, T* __restrict__ out, T* __restrict__ lse,
-                 long long cols, double sign) {
+                 long long ncols, double sign) {
     constexpr int K = gg::RowCache<T>::K;
-    const T* xr = x + (long long)blockIdx.x * cols;
+    const int cols = (int)ncols;
+    const T* xr = x + (long long)blockIdx.x * ncols;
     const long long tr = t[blockIdx.x];
     const bool valid = tr >= 0 && tr < cols;
     T xt = T(0);
@@ -32,19 +33,21 @@ softmax_xent_fwd(const T* __restrict__ x, const long long* __restrict__ t, T* __
 template <typename T>
 __global__ void __launch_bounds__(1024)
 softmax_xent_bwd(const T* __restrict__ x, const long long* __restrict__ t, const T* __restrict__ lse,
-                 const T* __restrict__ gout, T* __restrict__ gx, long long cols, double sign) {
+                 const T* __restrict__ gout, T* __restrict__ gx, long long ncols, double sign) {
     constexpr int K = gg::RowCache<T>::K;
-    const long long step = (long long)K * blockDim.x, off = (long long)blockIdx.x * cols;
+    const int cols = (int)ncols, step = K * blockDim.x;
+    const long long off = (long long)blockIdx.x * ncols;
+    x += off, gx += off;  // this block's row
     const long long tr = t[blockIdx.x];
     const T l = lse[blockIdx.x];
     const T g = (tr >= 0 && tr < cols) ? T(sign) * gout[blockIdx.x] : gg::nan<T>();
-    for (long long base = 0; base < cols; base += step) {
+    for (int base = 0; base < cols; base += step) {
         T v[K];
-        gg::load_chunk(v, x + off, base, cols, T(0));
+        gg::load_chunk(v, x, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-            const long long c = base + threadIdx.x + (long long)j * blockDim.x;
-            if (c < cols) gx[off + c] = g * (gg::exp_(v[j] - l) - (c == tr ? T(1) : T(0)));
+            const int c = base + threadIdx.x + j * blockDim.x;
+            if (c < cols) gx[c] = g * (gg::exp_(v[j] - l) - (c == tr ? T(1) : T(0)));
         }
     }
 }

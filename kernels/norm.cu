@@ -10,15 +10,17 @@
 template <typename T>
 __global__ void __launch_bounds__(1024)
 layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
-               T* __restrict__ mean, T* __restrict__ rstd, long long cols, double eps) {
+               T* __restrict__ mean, T* __restrict__ rstd, long long ncols, double eps) {
     constexpr int K = gg::RowCache<T>::K;
-    const long long step = (long long)K * blockDim.x, off = (long long)blockIdx.x * cols;
+    const int cols = (int)ncols, step = K * blockDim.x;
+    const long long off = (long long)blockIdx.x * ncols;
+    x += off, y += off;  // this block's row
     T v[K], t[K], acc = T(0);
-    gg::load_chunk(v, x + off, 0, cols, T(0));
+    gg::load_chunk(v, x, 0, cols, T(0));
 #pragma unroll
     for (int j = 0; j < K; ++j) acc += v[j];
-    for (long long base = step; base < cols; base += step) {
-        gg::load_chunk(t, x + off, base, cols, T(0));
+    for (int base = step; base < cols; base += step) {
+        gg::load_chunk(t, x, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) acc += t[j];
     }
@@ -26,11 +28,11 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
     acc = T(0);
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-        const T d = threadIdx.x + (long long)j * blockDim.x < cols ? v[j] - mu : T(0);  // padding adds nothing
+        const T d = threadIdx.x + j * blockDim.x < cols ? v[j] - mu : T(0);  // padding adds nothing
         acc += d * d;
     }
-    for (long long base = step; base < cols; base += step) {
-        gg::load_chunk(t, x + off, base, cols, mu);  // padding = mu: adds nothing
+    for (int base = step; base < cols; base += step) {
+        gg::load_chunk(t, x, base, cols, mu);  // padding = mu: adds nothing
 #pragma unroll
         for (int j = 0; j < K; ++j) acc += (t[j] - mu) * (t[j] - mu);
     }
@@ -38,15 +40,15 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
     if (threadIdx.x == 0) { mean[blockIdx.x] = mu; rstd[blockIdx.x] = rs; }
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-        const long long c = threadIdx.x + (long long)j * blockDim.x;
-        if (c < cols) y[off + c] = (v[j] - mu) * rs * w[c] + b[c];
+        const int c = threadIdx.x + j * blockDim.x;
+        if (c < cols) y[c] = (v[j] - mu) * rs * w[c] + b[c];
     }
-    for (long long base = step; base < cols; base += step) {
-        gg::load_chunk(t, x + off, base, cols, T(0));
+    for (int base = step; base < cols; base += step) {
+        gg::load_chunk(t, x, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-            const long long c = base + threadIdx.x + (long long)j * blockDim.x;
-            if (c < cols) y[off + c] = (t[j] - mu) * rs * w[c] + b[c];
+            const int c = base + threadIdx.x + j * blockDim.x;
+            if (c < cols) y[c] = (t[j] - mu) * rs * w[c] + b[c];
         }
     }
 }
@@ -56,27 +58,29 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
 template <typename T>
 __global__ void __launch_bounds__(1024)
 layer_norm_bwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ mean,
-               const T* __restrict__ rstd, const T* __restrict__ gy, T* __restrict__ gx, long long cols) {
+               const T* __restrict__ rstd, const T* __restrict__ gy, T* __restrict__ gx, long long ncols) {
     constexpr int K = gg::RowCache<T>::K;
-    const long long step = (long long)K * blockDim.x, off = (long long)blockIdx.x * cols;
+    const int cols = (int)ncols, step = K * blockDim.x;
+    const long long off = (long long)blockIdx.x * ncols;
+    x += off, gy += off, gx += off;  // this block's row
     const T mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
     T xv[K], gv[K], sg = T(0), sgx = T(0);
-    gg::load_chunk(xv, x + off, 0, cols, T(0));
-    gg::load_chunk(gv, gy + off, 0, cols, T(0));  // padding gy = 0: adds nothing to either sum
+    gg::load_chunk(xv, x, 0, cols, T(0));
+    gg::load_chunk(gv, gy, 0, cols, T(0));  // padding gy = 0: adds nothing to either sum
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-        const long long c = threadIdx.x + (long long)j * blockDim.x;
+        const int c = threadIdx.x + j * blockDim.x;
         const T g = c < cols ? gv[j] * w[c] : T(0);
         sg += g;
         sgx += g * (xv[j] - mu) * rs;
     }
-    for (long long base = step; base < cols; base += step) {
+    for (int base = step; base < cols; base += step) {
         T a[K], e[K];
-        gg::load_chunk(a, x + off, base, cols, T(0));
-        gg::load_chunk(e, gy + off, base, cols, T(0));
+        gg::load_chunk(a, x, base, cols, T(0));
+        gg::load_chunk(e, gy, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-            const long long c = base + threadIdx.x + (long long)j * blockDim.x;
+            const int c = base + threadIdx.x + j * blockDim.x;
             const T g = c < cols ? e[j] * w[c] : T(0);
             sg += g;
             sgx += g * (a[j] - mu) * rs;
@@ -86,16 +90,16 @@ layer_norm_bwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
     const T mg = sg / T(cols), mgx = sgx / T(cols);
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-        const long long c = threadIdx.x + (long long)j * blockDim.x;
-        if (c < cols) gx[off + c] = rs * (gv[j] * w[c] - mg - (xv[j] - mu) * rs * mgx);
+        const int c = threadIdx.x + j * blockDim.x;
+        if (c < cols) gx[c] = rs * (gv[j] * w[c] - mg - (xv[j] - mu) * rs * mgx);
     }
-    for (long long base = step; base < cols; base += step) {
-        gg::load_chunk(xv, x + off, base, cols, T(0));
-        gg::load_chunk(gv, gy + off, base, cols, T(0));
+    for (int base = step; base < cols; base += step) {
+        gg::load_chunk(xv, x, base, cols, T(0));
+        gg::load_chunk(gv, gy, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-            const long long c = base + threadIdx.x + (long long)j * blockDim.x;
-            if (c < cols) gx[off + c] = rs * (gv[j] * w[c] - mg - (xv[j] - mu) * rs * mgx);
+            const int c = base + threadIdx.x + j * blockDim.x;
+            if (c < cols) gx[c] = rs * (gv[j] * w[c] - mg - (xv[j] - mu) * rs * mgx);
         }
     }
 }

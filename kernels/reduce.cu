@@ -7,24 +7,24 @@
 
 // softmax: y = exp(x - m) / sum(exp(x - m)), m = row max. T float/double. Op: softmax forward.
 template <typename T>
-__global__ void __launch_bounds__(1024) softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long cols) {
+__global__ void __launch_bounds__(1024) softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long ncols) {
     constexpr int K = gg::RowCache<T>::K;
-    const long long step = (long long)K * blockDim.x;
-    const T* xr = x + (long long)blockIdx.x * cols;
-    T* yr = y + (long long)blockIdx.x * cols;
+    const int cols = (int)ncols, step = K * blockDim.x;
+    const T* xr = x + (long long)blockIdx.x * ncols;
+    T* yr = y + (long long)blockIdx.x * ncols;
     T v[K], m, s;
     gg::row_lse(xr, cols, v, m, s);
     const T inv = T(1) / s;
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-        const long long c = threadIdx.x + (long long)j * blockDim.x;
+        const int c = threadIdx.x + j * blockDim.x;
         if (c < cols) yr[c] = gg::exp_(v[j] - m) * inv;
     }
-    for (long long base = step; base < cols; base += step) {
+    for (int base = step; base < cols; base += step) {
         gg::load_chunk(v, xr, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-            const long long c = base + threadIdx.x + (long long)j * blockDim.x;
+            const int c = base + threadIdx.x + j * blockDim.x;
             if (c < cols) yr[c] = gg::exp_(v[j] - m) * inv;
         }
     }
@@ -33,58 +33,60 @@ __global__ void __launch_bounds__(1024) softmax_fwd(const T* __restrict__ x, T* 
 // softmax backward: gx = y * (gy - sum(gy * y)), y the saved softmax output. T float/double. Op: softmax.
 template <typename T>
 __global__ void __launch_bounds__(1024)
-softmax_bwd(const T* __restrict__ y, const T* __restrict__ gy, T* __restrict__ gx, long long cols) {
+softmax_bwd(const T* __restrict__ y, const T* __restrict__ gy, T* __restrict__ gx, long long ncols) {
     constexpr int K = gg::RowCache<T>::K;
-    const long long step = (long long)K * blockDim.x, off = (long long)blockIdx.x * cols;
+    const int cols = (int)ncols, step = K * blockDim.x;
+    const long long off = (long long)blockIdx.x * ncols;
+    y += off, gy += off, gx += off;  // this block's row
     T yv[K], gv[K], dot = T(0);
-    gg::load_chunk(yv, y + off, 0, cols, T(0));
-    gg::load_chunk(gv, gy + off, 0, cols, T(0));
+    gg::load_chunk(yv, y, 0, cols, T(0));
+    gg::load_chunk(gv, gy, 0, cols, T(0));
 #pragma unroll
     for (int j = 0; j < K; ++j) dot += yv[j] * gv[j];
-    for (long long base = step; base < cols; base += step) {
+    for (int base = step; base < cols; base += step) {
         T a[K], b[K];
-        gg::load_chunk(a, y + off, base, cols, T(0));
-        gg::load_chunk(b, gy + off, base, cols, T(0));
+        gg::load_chunk(a, y, base, cols, T(0));
+        gg::load_chunk(b, gy, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) dot += a[j] * b[j];
     }
     dot = gg::block_reduce_sum(dot);
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-        const long long c = threadIdx.x + (long long)j * blockDim.x;
-        if (c < cols) gx[off + c] = yv[j] * (gv[j] - dot);
+        const int c = threadIdx.x + j * blockDim.x;
+        if (c < cols) gx[c] = yv[j] * (gv[j] - dot);
     }
-    for (long long base = step; base < cols; base += step) {
-        gg::load_chunk(yv, y + off, base, cols, T(0));
-        gg::load_chunk(gv, gy + off, base, cols, T(0));
+    for (int base = step; base < cols; base += step) {
+        gg::load_chunk(yv, y, base, cols, T(0));
+        gg::load_chunk(gv, gy, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-            const long long c = base + threadIdx.x + (long long)j * blockDim.x;
-            if (c < cols) gx[off + c] = yv[j] * (gv[j] - dot);
+            const int c = base + threadIdx.x + j * blockDim.x;
+            if (c < cols) gx[c] = yv[j] * (gv[j] - dot);
         }
     }
 }
 
 // log_softmax: y = x - lse(x). T float/double. Op: log_softmax forward.
 template <typename T>
-__global__ void __launch_bounds__(1024) log_softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long cols) {
+__global__ void __launch_bounds__(1024) log_softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long ncols) {
     constexpr int K = gg::RowCache<T>::K;
-    const long long step = (long long)K * blockDim.x;
-    const T* xr = x + (long long)blockIdx.x * cols;
-    T* yr = y + (long long)blockIdx.x * cols;
+    const int cols = (int)ncols, step = K * blockDim.x;
+    const T* xr = x + (long long)blockIdx.x * ncols;
+    T* yr = y + (long long)blockIdx.x * ncols;
     T v[K], m, s;
     gg::row_lse(xr, cols, v, m, s);
     const T lse = m + gg::log_(s);
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-        const long long c = threadIdx.x + (long long)j * blockDim.x;
+        const int c = threadIdx.x + j * blockDim.x;
         if (c < cols) yr[c] = v[j] - lse;
     }
-    for (long long base = step; base < cols; base += step) {
+    for (int base = step; base < cols; base += step) {
         gg::load_chunk(v, xr, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-            const long long c = base + threadIdx.x + (long long)j * blockDim.x;
+            const int c = base + threadIdx.x + j * blockDim.x;
             if (c < cols) yr[c] = v[j] - lse;
         }
     }
@@ -94,33 +96,35 @@ __global__ void __launch_bounds__(1024) log_softmax_fwd(const T* __restrict__ x,
 // Only gy is needed for the sum, so only gy is cached; y is read once, in the output pass. Op: log_softmax.
 template <typename T>
 __global__ void __launch_bounds__(1024)
-log_softmax_bwd(const T* __restrict__ y, const T* __restrict__ gy, T* __restrict__ gx, long long cols) {
+log_softmax_bwd(const T* __restrict__ y, const T* __restrict__ gy, T* __restrict__ gx, long long ncols) {
     constexpr int K = gg::RowCache<T>::K;
-    const long long step = (long long)K * blockDim.x, off = (long long)blockIdx.x * cols;
+    const int cols = (int)ncols, step = K * blockDim.x;
+    const long long off = (long long)blockIdx.x * ncols;
+    y += off, gy += off, gx += off;  // this block's row
     T gv[K], yv[K], sum = T(0);
-    gg::load_chunk(gv, gy + off, 0, cols, T(0));
+    gg::load_chunk(gv, gy, 0, cols, T(0));
 #pragma unroll
     for (int j = 0; j < K; ++j) sum += gv[j];
-    for (long long base = step; base < cols; base += step) {
+    for (int base = step; base < cols; base += step) {
         T b[K];
-        gg::load_chunk(b, gy + off, base, cols, T(0));
+        gg::load_chunk(b, gy, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) sum += b[j];
     }
-    gg::load_chunk(yv, y + off, 0, cols, T(0));  // issued before the reduction so its latency overlaps it
+    gg::load_chunk(yv, y, 0, cols, T(0));  // issued before the reduction so its latency overlaps it
     sum = gg::block_reduce_sum(sum);
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-        const long long c = threadIdx.x + (long long)j * blockDim.x;
-        if (c < cols) gx[off + c] = gv[j] - gg::exp_(yv[j]) * sum;
+        const int c = threadIdx.x + j * blockDim.x;
+        if (c < cols) gx[c] = gv[j] - gg::exp_(yv[j]) * sum;
     }
-    for (long long base = step; base < cols; base += step) {
-        gg::load_chunk(yv, y + off, base, cols, T(0));
-        gg::load_chunk(gv, gy + off, base, cols, T(0));
+    for (int base = step; base < cols; base += step) {
+        gg::load_chunk(yv, y, base, cols, T(0));
+        gg::load_chunk(gv, gy, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-            const long long c = base + threadIdx.x + (long long)j * blockDim.x;
-            if (c < cols) gx[off + c] = gv[j] - gg::exp_(yv[j]) * sum;
+            const int c = base + threadIdx.x + j * blockDim.x;
+            if (c < cols) gx[c] = gv[j] - gg::exp_(yv[j]) * sum;
         }
     }
 }
@@ -128,10 +132,10 @@ log_softmax_bwd(const T* __restrict__ y, const T* __restrict__ gy, T* __restrict
 // logsumexp: lse[r] = m + log(sum(exp(x[r] - m))), shape (rows,); -inf for an all -inf (or empty) row.
 // T float/double. Op: logsumexp forward.
 template <typename T>
-__global__ void __launch_bounds__(1024) logsumexp_fwd(const T* __restrict__ x, T* __restrict__ lse, long long cols) {
+__global__ void __launch_bounds__(1024) logsumexp_fwd(const T* __restrict__ x, T* __restrict__ lse, long long ncols) {
     constexpr int K = gg::RowCache<T>::K;
     T v[K], m, s;
-    gg::row_lse(x + (long long)blockIdx.x * cols, cols, v, m, s);
+    gg::row_lse(x + (long long)blockIdx.x * ncols, (int)ncols, v, m, s);
     if (threadIdx.x == 0) lse[blockIdx.x] = m + gg::log_(s);
 }
 
@@ -139,17 +143,19 @@ __global__ void __launch_bounds__(1024) logsumexp_fwd(const T* __restrict__ x, T
 template <typename T>
 __global__ void __launch_bounds__(1024)
 logsumexp_bwd(const T* __restrict__ x, const T* __restrict__ lse, const T* __restrict__ glse, T* __restrict__ gx,
-              long long cols) {
+              long long ncols) {
     constexpr int K = gg::RowCache<T>::K;
-    const long long step = (long long)K * blockDim.x, off = (long long)blockIdx.x * cols;
+    const int cols = (int)ncols, step = K * blockDim.x;
+    const long long off = (long long)blockIdx.x * ncols;
+    x += off, gx += off;  // this block's row
     const T l = lse[blockIdx.x], g = glse[blockIdx.x];
-    for (long long base = 0; base < cols; base += step) {
+    for (int base = 0; base < cols; base += step) {
         T v[K];
-        gg::load_chunk(v, x + off, base, cols, T(0));
+        gg::load_chunk(v, x, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-            const long long c = base + threadIdx.x + (long long)j * blockDim.x;
-            if (c < cols) gx[off + c] = g * gg::exp_(v[j] - l);
+            const int c = base + threadIdx.x + j * blockDim.x;
+            if (c < cols) gx[c] = g * gg::exp_(v[j] - l);
         }
     }
 }

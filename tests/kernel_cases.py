@@ -4,7 +4,7 @@ it updates in place. ``test_kernel_emulated.py`` runs every row through the CPU 
 
 Shapes are chosen around the launch shapes: columns 1, 31, 33 (a warp +- 1), 1000, 4097 (> 4096: a second
 register chunk for doubles and block 1024) and 8200 (> 8192: a second chunk for floats); rows 1, 3, 65 (65 rows
-make the column kernels split rows into two chunks, then sum the partials again).
+make the column kernels split rows into two chunks, then sum the partials again); and empty arrays.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ import numpy as np
 
 from gpugrad.backend import reference as ref
 
-ROWS = ((1, 1), (3, 31), (65, 33), (3, 1000), (1, 4097), (2, 8200))  # row kernels (rows, cols)
-COLUMNS = ((1, 1), (65, 33), (3, 1000), (300, 7), (1000, 3))  # column sums: several chunks and passes
-POINTWISE = ((1,), (65, 33), (4097,), (2, 3, 33))  # elementwise: any shape
-BIAS = ((1, 1), (65, 33), (2, 3, 33), (3, 1000))  # (..., C) with a bias of (C,)
-FLAT = ((1,), (1000,), (65, 33), (4097,))  # optimizer buffers
+ROWS = ((1, 1), (3, 31), (65, 33), (3, 1000), (1, 4097), (2, 8200), (0, 5), (3, 0))  # row kernels (rows, cols)
+COLUMNS = ((1, 1), (65, 33), (3, 1000), (300, 7), (1000, 3), (0, 5), (3, 0))  # several chunks and passes
+POINTWISE = ((1,), (65, 33), (4097,), (2, 3, 33), (0,))  # elementwise: any shape
+BIAS = ((1, 1), (65, 33), (2, 3, 33), (3, 1000), (0, 4), (3, 0))  # (..., C) with a bias of (C,)
+FLAT = ((1,), (1000,), (65, 33), (4097,), (0,))  # optimizer buffers
 
 
 DTYPES = (np.float32, np.float64)
@@ -128,6 +128,9 @@ def _softmax_family():
                    lambda r, d, s: ((ref.log_softmax_fwd(np, _n(r, d, s)), _n(r, d, s, 1.0)), {}), ROWS),
         KernelCase("logsumexp_fwd", lambda r, d, s: ((_n(r, d, s),), {}), ROWS),
         KernelCase("logsumexp_fwd", lambda r, d, s: ((np.full(s, -np.inf, d),), {}), ((3, 31),), variant="all-inf"),
+        # |x| ~ 1e3: exp(x) overflows without the max subtraction
+        KernelCase("logsumexp_fwd", lambda r, d, s: ((_n(r, d, s, 1e3),), {}), ROWS[1:5], variant="large"),
+        KernelCase("softmax_fwd", lambda r, d, s: ((_n(r, d, s, 1e3),), {}), ROWS[1:5], variant="large"),
         KernelCase("logsumexp_bwd", lse_inputs, ROWS),
         KernelCase("sum_rows", lambda r, d, s: ((_n(r, d, s, 1.0),), {}), COLUMNS),
     ]

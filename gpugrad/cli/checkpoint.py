@@ -51,6 +51,8 @@ def _flatten(tree):
         if isinstance(v, Tensor):
             return leaf(np.asarray(v.detach()), path, "tensor")
         if isinstance(v, np.ndarray):
+            if v.dtype.hasobject:  # would need pickle to store, and pickle is what this format avoids
+                raise TypeError(f"checkpoint: object array at {path or '/'} cannot be stored without pickle")
             return leaf(v, path, "numpy")
         if isinstance(v, np.generic):
             return leaf(np.asarray(v), path, "scalar")
@@ -112,6 +114,8 @@ def atomic_write(path, write):
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
+            if hasattr(os, "fchmod"):  # mkstemp makes 0600; use the mode a plain open() would (POSIX only)
+                os.fchmod(f.fileno(), _file_mode(path))
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -128,6 +132,16 @@ def atomic_write(path, write):
         finally:
             os.close(dir_fd)
     return path
+
+
+def _file_mode(path):
+    """The target's current mode, or 0666 less the umask for a new file."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def save(path, tree) -> Path:

@@ -1,0 +1,354 @@
+"""``gpugrad train``: output, metrics JSON, determinism, checkpoints (atomic, resumable), Ctrl-C, --plot, -m gpugrad."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpugrad
+from gpugrad.cli import checkpoint, main
+from gpugrad.cli.train import EXIT_INTERRUPTED
+from gpugrad.data import load_digits, write_idx_dir
+
+REPO = Path(__file__).resolve().parents[1]
+# small and fast: 1437 digits, 23 batches of 64 per epoch
+FAST = ["--hidden", "32", "--device", "cpu", "--seed", "3"]
+
+
+def _train(tmp_path, *args, name="m.json"):
+    metrics = tmp_path / name
+    code = main(["train", *FAST, "--metrics-json", str(metrics), *args])
+    return code, (json.loads(metrics.read_text()) if metrics.exists() else None)
+
+
+def _losses(doc):
+    return [(e["train_loss"], e["test_loss"], e["test_acc"]) for e in doc["epochs"]]
+
+
+def _patch_step(monkeypatch, at, action):
+    """Make the optimizer's ``at``-th step run ``action(step)`` instead, ``step()`` being the real update."""
+    from gpugrad.optim import Optimizer
+
+    original, calls = Optimizer.step, [0]
+
+    def step(self, *a, **k):
+        calls[0] += 1
+        if calls[0] == at:
+            return action(lambda: original(self, *a, **k))
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(Optimizer, "step", step)
+    return calls
+
+
+def _interrupt(step):
+    raise KeyboardInterrupt  # before the update, as a Ctrl-C landing at the start of step() would
+
+
+def test_short_run_prints_per_epoch_lines_and_writes_metrics(tmp_path, capsys):
+    code, doc = _train(tmp_path, "--epochs", "2")
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert out[0].startswith("data: digits (embedded 8x8") and "1437 train / 360 test, 64 features" in out[0]
+    assert out[1].startswith("model: MLP 64-32-10 (relu)") and "adamw lr=0.001" in out[1] and "device cpu" in out[1]
+    epochs = [line for line in out if line.startswith("epoch ")]
+    assert [line.split()[1] for line in epochs] == ["1/2", "2/2"]
+    for line in epochs:
+        assert "train_loss" in line and "test_acc" in line and "samples/s" in line
+    assert out[-1].startswith("final: test_acc") and "after 2 epochs on cpu" in out[-1]
+
+    assert doc["device"] == "cpu" and doc["interrupted"] is False and doc["gpugrad_version"] == gpugrad.__version__
+    assert doc["config"] == {"data": None, "hidden": [32], "activation": "relu", "epochs": 2, "batch_size": 64,
+                             "lr": 0.001, "optimizer": "adamw", "momentum": 0.9, "weight_decay": 0.1,
+                             "standardize": True, "seed": 3}
+    assert [e["epoch"] for e in doc["epochs"]] == [1, 2]
+    for e in doc["epochs"]:
+        assert e["samples_per_s"] > 0 and e["train_time_s"] > 0 and e["eval_time_s"] > 0
+        assert 0 <= e["test_acc"] <= 1 and e["train_loss"] > 0
+    assert doc["epochs"][1]["train_loss"] < doc["epochs"][0]["train_loss"]
+    assert doc["final"] == {k: doc["epochs"][-1][k] for k in ("epoch", "train_loss", "test_loss", "test_acc")}
+    assert f"{100 * doc['final']['test_acc']:.2f}%" in out[-1]
+    assert doc["timings"]["total_s"] >= doc["timings"]["train_s"] > 0
+
+
+def test_quiet_prints_only_the_result(tmp_path, capsys):
+    assert _train(tmp_path, "--epochs", "1", "--quiet")[0] == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("final: test_acc")
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+@pytest.mark.parametrize("act", ["gelu", "tanh", "sigmoid"])
+def test_options_are_applied(tmp_path, opt, act):
+    code, doc = _train(tmp_path, "--epochs", "2", "--optimizer", opt, "--activation", act, "--hidden", "16,8",
+                       "--batch-size", "100", "--lr", "0.05", "--no-standardize", "--quiet")
+    assert code == 0
+    c = doc["config"]
+    assert (c["optimizer"], c["activation"], c["hidden"], c["batch_size"], c["lr"]) == (opt, act, [16, 8], 100, 0.05)
+    assert c["weight_decay"] == 0.0 and c["standardize"] is False
+    assert doc["epochs"][1]["train_loss"] < doc["epochs"][0]["train_loss"]  # it learns
+
+
+def test_weight_decay_defaults_follow_the_optimizer(tmp_path):
+    import argparse
+
+    from gpugrad.cli.train import resolve_config
+
+    ns = argparse.Namespace(**{k: None for k in ("data", "hidden", "activation", "epochs", "batch_size", "lr",
+                                                 "optimizer", "momentum", "weight_decay", "standardize", "seed")})
+    assert resolve_config(ns)["weight_decay"] == 0.1  # adamw, the default optimizer
+    ns.optimizer = "adam"
+    assert resolve_config(ns)["weight_decay"] == 0.0
+    ns.weight_decay = 0.5
+    assert resolve_config(ns)["weight_decay"] == 0.5
+
+
+def test_same_seed_gives_bitwise_identical_losses(tmp_path):
+    _, a = _train(tmp_path, "--epochs", "2", "--quiet", name="a.json")
+    _, b = _train(tmp_path, "--epochs", "2", "--quiet", name="b.json")
+    _, c = _train(tmp_path, "--epochs", "2", "--quiet", "--seed", "4", name="c.json")
+    assert _losses(a) == _losses(b)
+    assert _losses(a) != _losses(c)
+
+
+def test_resume_continues_bitwise_identically(tmp_path, capsys):
+    _, straight = _train(tmp_path, "--epochs", "4", "--quiet", name="straight.json")
+    ckpt = tmp_path / "run.ckpt"
+    assert _train(tmp_path, "--epochs", "2", "--checkpoint", str(ckpt), "--quiet", name="first.json")[0] == 0
+    saved = checkpoint.load(ckpt, device="cpu")
+    assert saved["progress"]["epoch"] == 2 and saved["progress"]["batch"] == 0
+    assert main(["train", "--resume", str(ckpt), "--epochs", "4", "--metrics-json", str(tmp_path / "r.json")]) == 0
+    assert "resumed from" in capsys.readouterr().out
+    resumed = json.loads((tmp_path / "r.json").read_text())
+    assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3, 4]
+    assert _losses(resumed) == _losses(straight)
+    # the resumed run kept saving to the checkpoint it came from
+    assert checkpoint.load(ckpt, device="cpu")["progress"]["epoch"] == 4
+
+
+def test_resume_rejects_a_conflicting_configuration(tmp_path, capsys):
+    ckpt = tmp_path / "run.ckpt"
+    _train(tmp_path, "--epochs", "1", "--checkpoint", str(ckpt), "--quiet")
+    assert main(["train", "--resume", str(ckpt), "--hidden", "64"]) == 1
+    assert "--hidden [64] differs from the checkpoint's [32]" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path / "missing.ckpt")]) == 1
+    assert "no such checkpoint" in capsys.readouterr().err
+
+
+def test_ctrl_c_mid_epoch_saves_and_resume_matches_a_straight_run(tmp_path, monkeypatch, capsys):
+    _, straight = _train(tmp_path, "--epochs", "3", "--quiet", name="straight.json")
+    ckpt = tmp_path / "run.ckpt"
+
+    calls = _patch_step(monkeypatch, 30, _interrupt)  # epoch 2, batch 7 (23 batches per epoch)
+    code, doc = _train(tmp_path, "--epochs", "3", "--checkpoint", str(ckpt), name="cut.json")
+    err = capsys.readouterr().err
+    assert code == EXIT_INTERRUPTED == 130 and calls[0] == 30
+    assert "interrupted at epoch 2, batch 6: checkpoint saved to" in err and "--resume" in err
+    assert doc["interrupted"] is True and len(doc["epochs"]) == 1
+    saved = checkpoint.load(ckpt, device="cpu")
+    assert (saved["progress"]["epoch"], saved["progress"]["batch"], saved["progress"]["samples"]) == (1, 6, 6 * 64)
+
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(ckpt), "--metrics-json", str(tmp_path / "r.json"), "--quiet"]) == 0
+    assert _losses(json.loads((tmp_path / "r.json").read_text())) == _losses(straight)
+
+
+def test_sigint_stops_at_a_batch_boundary(tmp_path, monkeypatch, capsys):
+    _, straight = _train(tmp_path, "--epochs", "2", "--quiet", name="straight.json")
+    ckpt = tmp_path / "run.ckpt"
+
+    def ctrl_c(step):
+        signal.raise_signal(signal.SIGINT)  # a real Ctrl-C in the middle of a step: the step still completes
+        return step()
+
+    _patch_step(monkeypatch, 5, ctrl_c)
+    code, _ = _train(tmp_path, "--epochs", "2", "--checkpoint", str(ckpt), "--quiet", name="cut.json")
+    assert code == 130 and "stopping after this batch" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler was restored
+    saved = checkpoint.load(ckpt, device="cpu")
+    assert (saved["progress"]["epoch"], saved["progress"]["batch"]) == (0, 5)  # the interrupted step completed
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(ckpt), "--metrics-json", str(tmp_path / "r.json"), "--quiet"]) == 0
+    assert _losses(json.loads((tmp_path / "r.json").read_text())) == _losses(straight)
+
+
+def test_ctrl_c_without_checkpoint_exits_130_and_saves_nothing(tmp_path, monkeypatch, capsys):
+    _patch_step(monkeypatch, 3, _interrupt)
+    assert main(["train", *FAST, "--quiet"]) == 130
+    assert "nothing saved (no --checkpoint given)" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- checkpoint files ----------------------------------------------------------------------------------------------
+def test_checkpoint_round_trips_nested_state(tmp_path):
+    tree = {"model": {"0.weight": np.arange(6, dtype=np.float32).reshape(2, 3)},
+            "optimizer": {"state": {0: {"step": 7, "exp_avg": np.ones(3)}, 1: {"step": np.float32(2.5)}},
+                          "param_groups": [{"lr": 0.1, "betas": (0.9, 0.999), "params": [0, 1]}]},
+            "t": gpugrad.tensor([1.5, 2.5]), "none": None, "nan": float("nan"), "s": "x/y", "flags": [True, False],
+            "__odd": {"__array__": 1}}
+    path = checkpoint.save(tmp_path / "a.ckpt", tree)
+    back = checkpoint.load(path, device="cpu")
+    assert back["model"]["0.weight"].dtype == np.float32
+    np.testing.assert_array_equal(back["model"]["0.weight"], tree["model"]["0.weight"])
+    assert list(back["optimizer"]["state"]) == [0, 1] and back["optimizer"]["state"][0]["step"] == 7
+    assert back["optimizer"]["state"][1]["step"] == np.float32(2.5)
+    assert isinstance(back["optimizer"]["state"][1]["step"], np.float32)
+    assert back["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.999)
+    assert isinstance(back["t"], gpugrad.Tensor) and back["t"].tolist() == [1.5, 2.5]
+    assert back["none"] is None and np.isnan(back["nan"]) and back["s"] == "x/y" and back["flags"] == [True, False]
+    assert back["__odd"] == {"__array__": 1}
+    with np.load(path, allow_pickle=False) as z:  # plain npz, no pickle anywhere
+        assert "optimizer/state/0/exp_avg" in z.files and "__meta__" in z.files
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
+
+
+def test_checkpoint_rejects_what_it_cannot_store_and_files_it_did_not_write(tmp_path):
+    with pytest.raises(TypeError, match="object array"):
+        checkpoint.save(tmp_path / "a", {"x": np.array([{}], dtype=object)})
+    with pytest.raises(TypeError, match="cannot store set"):
+        checkpoint.save(tmp_path / "a", {"x": {1, 2}})
+    with pytest.raises(TypeError, match="dict key"):
+        checkpoint.save(tmp_path / "a", {(1, 2): 3})
+    np.savez(tmp_path / "plain.npz", a=np.zeros(2))
+    with pytest.raises(checkpoint.CheckpointError, match="not a gpugrad checkpoint"):
+        checkpoint.load(tmp_path / "plain.npz")
+    (tmp_path / "junk").write_bytes(b"not a zip file")
+    with pytest.raises(checkpoint.CheckpointError, match="unreadable checkpoint"):
+        checkpoint.load(tmp_path / "junk")
+    meta = json.dumps({"format": "gpugrad-checkpoint", "version": 99, "tree": {}}).encode()
+    np.savez(tmp_path / "future.npz", __meta__=np.frombuffer(meta, np.uint8))
+    with pytest.raises(checkpoint.CheckpointError, match="version 99"):
+        checkpoint.load(tmp_path / "future.npz")
+
+
+@pytest.mark.parametrize("crash", [OSError("disk full"), KeyboardInterrupt()])
+def test_a_crash_mid_save_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch, crash):
+    path = tmp_path / "run.ckpt"
+    checkpoint.save(path, {"epoch": 1, "w": np.arange(4.0)})
+    before = path.read_bytes()
+
+    def partial_then_crash(f, **arrays):
+        f.write(b"PK\x03\x04 half a zip")  # some bytes reached the (temporary) file
+        raise crash
+
+    monkeypatch.setattr(np, "savez", partial_then_crash)
+    with pytest.raises(type(crash)):
+        checkpoint.save(path, {"epoch": 2, "w": np.zeros(4)})
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert checkpoint.load(path)["epoch"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]  # no temporary file left behind
+
+
+def test_training_reports_a_failed_save_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
+    ckpt = tmp_path / "run.ckpt"
+    assert _train(tmp_path, "--epochs", "1", "--checkpoint", str(ckpt), "--quiet")[0] == 0
+
+    def full_disk(f, **arrays):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    assert main(["train", "--resume", str(ckpt), "--epochs", "2", "--quiet"]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert checkpoint.load(ckpt, device="cpu")["progress"]["epoch"] == 1
+
+
+# -- data, plots, errors -------------------------------------------------------------------------------------------
+def test_trains_on_an_idx_directory(tmp_path, capsys):
+    x, y = load_digits()
+    images = (x.reshape(-1, 8, 8) * 15).astype(np.uint8)
+    write_idx_dir(tmp_path / "idx", images[:1500], y[:1500].astype(np.uint8), images[1500:],
+                  y[1500:].astype(np.uint8), gz=True)
+    code, doc = _train(tmp_path, "--data", str(tmp_path / "idx"), "--epochs", "3")
+    assert code == 0 and doc["epochs"][-1]["test_acc"] > 0.6  # well above chance after 3 short epochs
+    assert doc["config"]["data"] == str((tmp_path / "idx").resolve())
+    assert "IDX directory" in capsys.readouterr().out
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
+    assert main(["train", "--data", str(tmp_path / "nowhere"), *FAST]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpugrad train: error:") and "nowhere: not a directory" in err and len(err.splitlines()) == 1
+    (tmp_path / "idx").mkdir()
+    (tmp_path / "idx" / "train-images-idx3-ubyte").write_bytes(b"\x01\x02\x03\x04")
+    assert main(["train", "--data", str(tmp_path / "idx"), *FAST]) == 1
+    err = capsys.readouterr().err
+    assert "gpugrad train: error:" in err and "missing IDX file train-labels-idx1-ubyte" in err
+    assert main(["train", "--device", "tpu"]) == 1
+    assert "unknown device" in capsys.readouterr().err
+    for bad in (["--hidden", "0"], ["--hidden", "a,b"], ["--epochs", "0"], ["--lr", "-1"], ["--activation", "x"]):
+        with pytest.raises(SystemExit) as e:
+            main(["train", *bad])
+        assert e.value.code == 2
+
+
+@pytest.mark.skipif(gpugrad.cuda.is_available(), reason="checks the message given when CUDA is missing")
+def test_asking_for_cuda_without_it_is_a_clear_error(capsys):
+    assert main(["train", "--device", "cuda", "--epochs", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpugrad train: error: --device cuda: CUDA is not available") and "device='cpu'" in err
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "curves.png"
+    code, _ = _train(tmp_path, "--epochs", "2", "--plot", str(png), "--quiet")
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert main(["train", *FAST, "--plot", str(tmp_path / "p.png")]) == 1
+    assert "pip install 'gpugrad[plot]'" in capsys.readouterr().err
+    assert not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.slow
+def test_default_train_reaches_97_percent_on_digits(tmp_path, capsys):
+    code = main(["train", "--metrics-json", str(tmp_path / "m.json")])
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert code == 0 and doc["config"]["epochs"] == 30
+    assert doc["final"]["test_acc"] >= 0.97, capsys.readouterr().out
+
+
+# -- the command line itself ---------------------------------------------------------------------------------------
+def test_main_without_a_subcommand_prints_help(capsys):
+    assert main([]) == 2
+    assert "train" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and gpugrad.__version__ in capsys.readouterr().out
+
+
+def test_subcommands_are_imported_lazily_and_bench_only_when_present(monkeypatch):
+    from gpugrad import cli
+
+    monkeypatch.setitem(cli.SUBCOMMANDS, "nothing", ("gpugrad.cli.no_such_module", "absent"))
+    names = set(cli._available())
+    assert "train" in names and "nothing" not in names
+    import importlib.util
+
+    assert ("bench" in names) == (importlib.util.find_spec("gpugrad.cli.bench") is not None)
+
+
+def test_python_dash_m_gpugrad_help_in_a_subprocess():
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    top = subprocess.run([sys.executable, "-m", "gpugrad", "--help"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert top.returncode == 0 and "usage: gpugrad" in top.stdout and "train" in top.stdout
+    sub = subprocess.run([sys.executable, "-m", "gpugrad", "train", "--help"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert sub.returncode == 0
+    for option in ("--data", "--hidden", "--activation", "--epochs", "--batch-size", "--lr", "--optimizer",
+                   "--momentum", "--weight-decay", "--device", "--seed", "--checkpoint", "--resume",
+                   "--metrics-json", "--plot", "--quiet"):
+        assert option in sub.stdout
