@@ -8,8 +8,8 @@ from gpugrad.autograd.grad_mode import (enable_grad, inference_mode, is_grad_ena
                                         no_grad, set_grad_enabled)
 from gpugrad.backend import default_device
 from gpugrad.backend.device import Device as device
-from gpugrad.creation import (arange, empty, full, full_like, ones, ones_like, rand, randint, randn, tensor, zeros,
-                              zeros_like)
+from gpugrad.creation import (arange, as_tensor, empty, from_numpy, full, full_like, ones, ones_like, rand, randint, randn,
+                              tensor, zeros, zeros_like)
 from gpugrad.functional import cat, exp, log, logsumexp, matmul, maximum, minimum, stack, where
 from gpugrad.random import manual_seed
 from gpugrad._tensor import Tensor

@@ -57,6 +57,27 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
 
 
+def as_tensor(data, dtype=None, device=None):
+    """A tensor that shares ``data``'s memory when it is already an array of that dtype on that device
+    (no copy), else a converted copy, as torch.as_tensor."""
+    from gpugrad._tensor import Tensor, _make
+
+    if isinstance(data, Tensor):
+        return data.to(device=device, dtype=dtype) if (device or dtype) else data
+    if isinstance(data, np.ndarray) or type(data).__module__.startswith("cupy"):
+        src = backend_of(data)
+        if (device is None or get_backend(device) is src) and (dtype is None or np.dtype(dtype) == data.dtype):
+            return _make(data, src)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(array):
+    """A CPU tensor sharing ``array``'s memory."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
+    return as_tensor(array, device="cpu")
+
+
 def _new(fill, shape, dtype, device, requires_grad):
     from gpugrad._tensor import _make
 

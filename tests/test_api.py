@@ -115,3 +115,14 @@ def test_pickle_round_trip():
     p = gpugrad.nn.Parameter(gpugrad.zeros(2))
     q = pickle.loads(pickle.dumps(p))
     assert isinstance(q, gpugrad.nn.Parameter) and q.requires_grad
+
+
+def test_as_tensor_and_from_numpy_share_memory():
+    a = np.arange(4.0)
+    t = gpugrad.from_numpy(a)
+    a[0] = 9.0
+    assert t.tolist()[0] == 9.0 and t.device == "cpu"
+    assert gpugrad.as_tensor(a, dtype=np.float32).dtype == np.float32  # a converted copy
+    assert gpugrad.as_tensor(t) is t
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        gpugrad.from_numpy([1.0])

@@ -22,9 +22,9 @@ PRELOAD_LIMIT = 1 << 30  # bytes: TensorDatasets up to 1 GiB are copied to the d
 
 def _wrap(array, backend):
     """A Tensor around a freshly gathered batch array: no second copy (the array is ours alone)."""
-    from gpugrad._tensor import _make
+    from gpugrad.creation import as_tensor
 
-    return _make(array, backend)
+    return as_tensor(array)
 
 
 class DataLoader:

@@ -1,0 +1,46 @@
+"""A line budget (after tinygrad's sz.py): code lines, not docstrings, comments or blank lines.
+
+Raising a budget is a decision: do it in its own commit, saying what the new lines buy.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "gpugrad"
+TOOLING = ("cli", "bench", "testing")  # the command line, benchmarks and test tooling
+BUDGETS = {"library": 4200, "tooling": 2400}
+
+
+def code_lines(path: Path) -> int:
+    src = path.read_text()
+    docs = set()
+    for node in ast.walk(ast.parse(src)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            docs.update(range(body[0].lineno, body[0].end_lineno + 1))
+    lines = set()
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type not in skip:
+            lines.update(range(tok.start[0], tok.end[0] + 1))
+    return len(lines - docs)
+
+
+def test_code_stays_within_budget():
+    counts = {"library": 0, "tooling": 0}
+    for path in PKG.rglob("*.py"):
+        part = path.relative_to(PKG).parts[0]
+        counts["tooling" if part in TOOLING else "library"] += code_lines(path)
+    print(f"code lines: {counts} (budgets {BUDGETS})")
+    for kind, n in counts.items():
+        assert n <= BUDGETS[kind], f"gpugrad {kind} code is {n} lines, over its budget of {BUDGETS[kind]}"
+
+
+def test_counter_ignores_docstrings_and_comments(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('"""doc\\nstring"""\n# comment\n\ndef f(x):\n    """doc"""\n    return (x +\n            1)  # why\n')
+    assert code_lines(f) == 3
