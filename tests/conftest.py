@@ -21,6 +21,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _cpu_unless_gpu(request, monkeypatch):
+    """CPU suites stay on the CPU on a GPU machine too (the default device would otherwise be CUDA)."""
+    if "gpu" not in request.keywords:
+        monkeypatch.setenv("GPUGRAD_DEVICE", "cpu")
+
+
+@pytest.fixture(autouse=True)
 def _seed():
     gpugrad.manual_seed(0)
     np.random.seed(0)

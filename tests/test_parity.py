@@ -18,7 +18,8 @@ PARAMS = [(c, i) for c in CASES for i in range(len(c.shapes))]
 TOL = {np.float32: dict(rtol=2e-4, atol=2e-5), np.float64: dict(rtol=1e-9, atol=1e-11)}
 
 
-def _run(case, arrays, device):
+def _run(case, arrays, device, monkeypatch):
+    monkeypatch.setenv("GPUGRAD_DEVICE", device)  # side inputs the case makes (targets, masks, ids) go there too
     ins = [gpugrad.tensor(a, device=device, requires_grad=True) for a in arrays]
     if device == "cuda":  # keep the strided layout on the device too
         for t, a in zip(ins, arrays):
@@ -35,11 +36,11 @@ def _run(case, arrays, device):
 @pytest.mark.parametrize("layout", ["contiguous", "strided"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case,k", PARAMS, ids=[f"{c.name}-{i}" for c, i in PARAMS])
-def test_cuda_matches_cpu(case, k, dtype, layout):
+def test_cuda_matches_cpu(case, k, dtype, layout, monkeypatch):
     arrays = case_inputs(case, case.shapes[k], dtype, layout=layout)
-    ref_out, ref_grads = _run(case, [a.astype(np.float64) for a in arrays], "cpu")
+    ref_out, ref_grads = _run(case, [a.astype(np.float64) for a in arrays], "cpu", monkeypatch)
     kernels.CALLS.clear()
-    out, grads = _run(case, arrays, "cuda")
+    out, grads = _run(case, arrays, "cuda", monkeypatch)
     np.testing.assert_allclose(out, ref_out, **TOL[dtype])
     for g, r in zip(grads, ref_grads):
         if r is None:

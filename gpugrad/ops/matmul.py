@@ -76,5 +76,16 @@ class Linear(KernelOp):
         gy2 = gy.reshape(-1, gy.shape[-1])
         gx = xp.matmul(gy, w) if ng[0] else None
         gw = xp.matmul(gy2.T, x.reshape(-1, x.shape[-1])) if ng[1] else None
-        gb = impl.sum_rows(xp, xp.ascontiguousarray(gy2)) if len(ng) > 2 and ng[2] else None
+        gb = impl.sum_rows(xp, gy2) if len(ng) > 2 and ng[2] else None
         return (gx, gw, gb) if len(ng) > 2 else (gx, gw)
+
+    def backward_graph(self, xp, gy):
+        return self._bwd(_TensorSums, xp, gy)
+
+
+class _TensorSums:
+    """``sum_rows`` over Tensors, for Linear's VJP under create_graph."""
+
+    @staticmethod
+    def sum_rows(xp, g):
+        return g.sum(axis=0)

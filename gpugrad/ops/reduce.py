@@ -106,9 +106,11 @@ class Var(_Reduce):
             n *= x.shape[a]
         self.denom = max(n - self.correction, 0)
         centered = x - xp.mean(x, axis=axes, keepdims=True)
-        self.save_for_backward(centered)
+        # Save the input, not `centered`: under create_graph the VJP must see how centered depends on x.
+        self.save_for_backward(x)
         return xp.sum(centered * centered, axis=axes, keepdims=self.keepdims) / self.denom
 
     def backward(self, xp, gy):
-        (centered,) = self.saved
+        (x,) = self.saved
+        centered = x - xp.mean(x, axis=self.axes, keepdims=True)
         return _keep(xp, gy, self.axes, self.keepdims) * centered * (2.0 / self.denom)
