@@ -176,6 +176,15 @@ __device__ __forceinline__ void row_lse(const T* __restrict__ row, int cols, T (
 // Deterministic: the association depends only on the launch shape, never on timing (no atomics).
 constexpr int COL_TILE_X = 32, COL_TILE_Y = 8;
 
+// This thread's column c and this block's rows [r0, r1) (chunk blockIdx.y of rows_per_chunk rows).
+struct ColumnChunk {
+    long long c, r0, r1;
+};
+__device__ __forceinline__ ColumnChunk column_chunk(long long rows, long long rows_per_chunk) {
+    const long long r0 = (long long)blockIdx.y * rows_per_chunk;
+    return {(long long)blockIdx.x * COL_TILE_X + threadIdx.x, r0, r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows};
+}
+
 template <typename T>
 __device__ __forceinline__ void column_tile_store(T acc, T* __restrict__ out, long long c, long long cols) {
     __shared__ T tile[COL_TILE_Y][COL_TILE_X + 1];  // +1: no bank conflicts for doubles either

@@ -112,9 +112,7 @@ __global__ void __launch_bounds__(256)
 layer_norm_bwd_wb(const T* __restrict__ x, const T* __restrict__ mean, const T* __restrict__ rstd,
                   const T* __restrict__ gy, T* __restrict__ pw, T* __restrict__ pb, long long rows, long long cols,
                   long long rows_per_chunk) {
-    const long long c = (long long)blockIdx.x * gg::COL_TILE_X + threadIdx.x;
-    const long long r0 = (long long)blockIdx.y * rows_per_chunk;
-    const long long r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    const auto [c, r0, r1] = gg::column_chunk(rows, rows_per_chunk);
     T aw = T(0), ab = T(0);
     if (c < cols) {
 #pragma unroll 4

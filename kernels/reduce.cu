@@ -167,9 +167,7 @@ logsumexp_bwd(const T* __restrict__ x, const T* __restrict__ lse, const T* __res
 template <typename T>
 __global__ void __launch_bounds__(256)
 sum_rows(const T* __restrict__ g, T* __restrict__ out, long long rows, long long cols, long long rows_per_chunk) {
-    const long long c = (long long)blockIdx.x * gg::COL_TILE_X + threadIdx.x;
-    const long long r0 = (long long)blockIdx.y * rows_per_chunk;
-    const long long r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    const auto [c, r0, r1] = gg::column_chunk(rows, rows_per_chunk);
     T acc = T(0);
     if (c < cols) {
 #pragma unroll 4
