@@ -61,7 +61,8 @@ class Linear(KernelOp):
     def _fwd(self, impl, xp, x, w, b=None):
         if x.shape[-1] != w.shape[-1] or w.ndim != 2 or (b is not None and b.shape != (w.shape[0],)):
             raise ValueError(f"linear: input {x.shape}, weight {w.shape}, bias {None if b is None else b.shape}: "
-                             "expected input (..., in), weight (out, in), bias (out,)")
+                             "expected input (..., in), weight (out, in), bias (out,); the input's last axis must "
+                             "equal the weight's in_features")
         self._name = "AddmmBackward0" if b is not None else "MmBackward0"
         ng = self.needs_input_grad
         self.save_for_backward(x if ng[1] else None, w if ng[0] else None)
