@@ -454,3 +454,24 @@ def test_schedulers_match_torch_and_resume(torch):
             sched2.step()
             again.append(sched2.get_last_lr())
         assert again == rest
+
+
+@pytest.mark.parametrize("make", [lambda ps: optim.AdamW(ps, lr=0.1, weight_decay=0.1, flat=True),
+                                  lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.1, flat=True)])
+def test_flat_mode_never_touches_frozen_or_unused_parameters(make):
+    gpugrad.manual_seed(0)
+    used, unused = nn.Linear(3, 2), nn.Linear(3, 2)
+    used.bias.requires_grad_(False)
+    params = list(used.parameters()) + list(unused.parameters())
+    frozen_before = used.bias.detach().numpy().copy()
+    unused_before = [p.detach().numpy().copy() for p in unused.parameters()]
+    opt = make(params)
+    for _ in range(3):
+        opt.zero_grad()
+        used(gpugrad.ones(4, 3)).sum().backward()
+        opt.step()
+    np.testing.assert_array_equal(used.bias.detach().numpy(), frozen_before)
+    assert used.bias.grad is None
+    for p, before in zip(unused.parameters(), unused_before):  # torch skips parameters whose grad is None
+        np.testing.assert_array_equal(p.detach().numpy(), before)
+    assert not np.array_equal(used.weight.detach().numpy(), unused_before[0])

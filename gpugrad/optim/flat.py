@@ -38,9 +38,13 @@ class FlatParams:
 
     def __init__(self, params):
         self.buffers, self.slots = {}, {}
+        # A gradient view that no backward wrote into since zero_grad(set_to_none=True) stands for "no gradient"
+        # (None in the non-flat path): such parameters are skipped by steps, as torch skips None gradients.
+        self._none_if_untouched, self._zeroed_at = True, {}
         by_key = {}
         for p in dict.fromkeys(params):  # identity-deduplicated (tied weights), order kept
-            by_key.setdefault((p.device, p.dtype), []).append(p)
+            if p.requires_grad:  # frozen parameters keep their own buffers and are never stepped
+                by_key.setdefault((p.device, p.dtype), []).append(p)
         for key, ps in by_key.items():
             be = ps[0]._backend
             total = sum(p.numel() for p in ps)
@@ -50,39 +54,53 @@ class FlatParams:
                 stop = start + p.numel()
                 dv, gv = data[start:stop].reshape(p.shape), grad[start:stop].reshape(p.shape)
                 dv[...] = p._data
-                if p._grad is not None:
+                had_grad = p._grad is not None
+                if had_grad:
                     gv[...] = p._grad._data
                 p.data = dv  # same Parameter object, new home: optimizers and modules keep their references
                 gt = p._grad = Tensor._wrap(gv, None, be)
                 self.slots[p] = Slot(key, start, stop, dv, gt)
+                if not had_grad:
+                    self._zeroed_at[p] = gt._version
                 start = stop
             self.buffers[key] = (data, grad)
 
-    def zero_grad(self):
+    def zero_grad(self, set_to_none=True):
         """Zero every gradient: one fill per buffer; a parameter whose ``.grad`` was dropped or replaced gets
-        its view back."""
+        its view back.  With ``set_to_none`` a view that no backward writes into counts as no gradient."""
         for _, grad in self.buffers.values():
             grad.fill(0)
+        self._none_if_untouched = set_to_none
         for p, s in self.slots.items():
             if p._grad is not s.grad:
                 p._grad = s.grad
             s.grad._version_counter[0] += 1
+            self._zeroed_at[p] = s.grad._version
+
+    def received(self, p):
+        """Whether p has a gradient to step with (the engine bumps the view's version when it accumulates)."""
+        s = self.slots.get(p)
+        if s is None or p._grad is not s.grad:
+            return p._grad is not None
+        return not self._none_if_untouched or s.grad._version != self._zeroed_at.get(p)
 
     def attach_grad(self, p):
         """Make sure p's data and grad are its views (copying a foreign gradient in); False if p has no
         gradient or no longer lives in the buffer (its ``.data`` was replaced, e.g. by ``Module.to``)."""
         s = self.slots.get(p)
-        if s is None or p._data is not s.data or p._grad is None:
+        if s is None or p._data is not s.data or not self.received(p):
             return False
         if p._grad is not s.grad:
             s.grad._data[...] = p._grad._data
+            s.grad._version_counter[0] += 1  # it holds a gradient now: received() must keep saying so
             p._grad = s.grad
         return True
 
     def segments(self, params):
         """``params`` as maximal runs of neighbours in the buffers (one run per buffer when laid out in order)."""
         runs, order = [], {k: i for i, k in enumerate(self.buffers)}
-        for p in sorted(dict.fromkeys(params), key=lambda p: (order[self.slots[p].key], self.slots[p].start)):
+        flat = [p for p in dict.fromkeys(params) if p in self.slots]
+        for p in sorted(flat, key=lambda p: (order[self.slots[p].key], self.slots[p].start)):
             s = self.slots[p]
             last = runs[-1] if runs else None
             if last is not None and last.key == s.key and last.stop == s.start:

@@ -33,9 +33,10 @@ class Optimizer:
 
     ``flat=True`` re-homes all parameters (and gradients) as views into one buffer per (device, dtype)
     (:func:`gpugrad.optim.flat.flatten_parameters`), so ``zero_grad`` is one fill and ``step`` one fused
-    kernel per group and buffer.  In flat mode every parameter always has a gradient buffer (``zero_grad``
-    zero-fills it whatever ``set_to_none`` says), so a parameter unused in a step still gets its decay /
-    momentum update, where the non-flat path would skip it (None gradient).
+    kernel per group and buffer.  In flat mode every trainable parameter keeps a gradient view (``zero_grad``
+    zero-fills it); after ``zero_grad(set_to_none=True)`` a view that no backward wrote into still counts as
+    "no gradient", so such a parameter is skipped exactly as the non-flat path skips a None gradient.  Frozen
+    parameters (``requires_grad=False``) stay out of the buffers and are never updated.
     """
 
     def __init__(self, params, defaults, flat=False):
@@ -104,7 +105,7 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         """Reset gradients: None (``set_to_none``) or zeros in the existing buffers; flat: one fill per buffer."""
         if self.flat is not None:
-            self.flat.zero_grad()
+            self.flat.zero_grad(set_to_none)
             return
         from gpugrad.nn.module import _zero_grad
 
@@ -122,10 +123,12 @@ class Optimizer:
         with no_grad():
             for gi, group in enumerate(self.param_groups):
                 todo = group["params"]
-                if self.flat is not None:
+                flat = self.flat
+                if flat is not None:
                     todo = [p for seg in self._segments[gi] if not self._step_segment(seg, group) for p in seg.params]
+                    todo += [p for p in group["params"] if p not in flat.slots]
                 for p in todo:
-                    if p._grad is not None:
+                    if p._grad is not None and (flat is None or flat.received(p)):
                         self._step_param(p, group)
         return loss
 
