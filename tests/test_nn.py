@@ -491,3 +491,14 @@ def test_layer_norm_op_cuda_path_on_emulator():
     for g, want in zip(got, run("forward", "backward")):
         assert g.shape == want.shape
         np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-12)
+
+
+def test_reassigning_a_parameter_keeps_its_place():
+    m = nn.Linear(2, 2)
+    m.weight = nn.Parameter(gpugrad.zeros(2, 2))
+    assert [n for n, _ in m.named_parameters()] == ["weight", "bias"]
+
+
+def test_mse_loss_rejects_unknown_reduction():
+    with pytest.raises(ValueError, match="reduction"):
+        F.mse_loss(gpugrad.zeros(2), gpugrad.zeros(2), reduction="avg")

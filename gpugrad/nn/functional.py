@@ -87,6 +87,9 @@ def token_logprob(logits, ids):
 
 
 def mse_loss(input, target, reduction="mean"):
+    """mean (or sum, or none) of (input - target)^2."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     if input.shape != getattr(target, "shape", input.shape):
         raise ValueError(f"mse_loss: input {input.shape} and target {target.shape} must have the same shape")
     err = (input - target) * (input - target)

@@ -89,11 +89,13 @@ class Module:
     def __setattr__(self, name, value):
         if isinstance(value, Parameter):
             self._registry()
-            self._forget(name)
+            if name not in self._parameters:  # reassigning keeps the slot: parameters()/state_dict order is stable
+                self._forget(name)
             self._parameters[name] = value
         elif isinstance(value, Module):
             self._registry()
-            self._forget(name)
+            if name not in self._modules:
+                self._forget(name)
             self._modules[name] = value
         elif "_parameters" in self.__dict__ and name in self._parameters:
             if value is not None:
