@@ -26,7 +26,7 @@ def _make(data, backend, requires_grad=False):
     t._grad_fn = None
     t._accumulator = None
     t._version_counter = [0]
-    t._base = None
+    t._base = t._view_fn = t._base_fn = None
     t._inference = STATE.inference
     return t
 
@@ -40,8 +40,10 @@ class Tensor:
     tensor([2., 4., 6.])
     """
 
+    # _base: the tensor whose memory a view shares; _view_fn: array -> the view (to write through it, or to
+    # re-derive the view's graph); _base_fn: the base's grad_fn when the view's graph was last derived.
     __slots__ = ("_data", "_backend", "_requires_grad", "_grad", "_grad_fn", "_accumulator", "_version_counter",
-                 "_base", "_inference", "__weakref__")
+                 "_base", "_view_fn", "_base_fn", "_inference", "__weakref__")
     __array_ufunc__ = None  # numpy defers `ndarray + tensor` to Tensor.__radd__
     __hash__ = object.__hash__  # == is elementwise; identity hashing keeps tensors usable as dict keys
 
@@ -53,7 +55,7 @@ class Tensor:
     def _init(self, array, backend, requires_grad):
         self._data, self._backend = array, backend
         self._requires_grad = False
-        self._grad = self._grad_fn = self._accumulator = self._base = None
+        self._grad = self._grad_fn = self._accumulator = self._base = self._view_fn = self._base_fn = None
         self._version_counter = [0]
         self._inference = STATE.inference
         if requires_grad:
@@ -193,8 +195,7 @@ class Tensor:
     def detach(self):
         """Same data (shared), no graph."""
         t = _make(self._data, self._backend)
-        t._version_counter = self._version_counter
-        t._base = self
+        t._version_counter = self._version_counter  # in-place changes through it are seen by saved copies
         return t
 
     def detach_(self):
@@ -277,8 +278,11 @@ class Tensor:
 
     def __repr__(self):
         host = self._backend.to_host(self._data)
+        finite = host[np.isfinite(host)] if host.dtype.kind == "f" else host
+        whole = host.dtype.kind != "f" or bool(np.all(finite == np.round(finite)))
+        # torch prints 4 decimals unless every value is whole ("1., 2.")
         body = np.array2string(host, separator=", ", precision=4, prefix="tensor(",
-                               floatmode="maxprec_equal" if host.dtype.kind == "f" else "maxprec")
+                               floatmode="maxprec_equal" if whole else "fixed")
         extras = []
         if self.device.type != "cpu":
             extras.append(f"device='{self.device}'")
@@ -295,7 +299,9 @@ class Tensor:
         """A Python/NumPy scalar stays a scalar (weakly typed, as in NumPy 2 and torch); arrays become tensors."""
         if isinstance(other, Tensor):
             return other
-        if isinstance(other, (numbers.Number, np.generic)):
+        if isinstance(other, np.generic):
+            return other.item()  # NumPy 2 treats np.float64(2) as strong: x32 * it would become float64
+        if isinstance(other, numbers.Number):
             return other
         return Tensor(other, device=self.device)
 
@@ -390,7 +396,11 @@ class Tensor:
     # -- movement -------------------------------------------------------------------------------------------------
     def reshape(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return _view(Reshape.apply(self, shape=shape), self)
+        out = Reshape.apply(self, shape=shape)
+        if not _shares_memory(out, self):  # reshaping a non-contiguous tensor copies: that is no view
+            return out
+        new_shape = out.shape
+        return _view(out, self, lambda a: a.reshape(new_shape))
 
     view = reshape
 
@@ -402,14 +412,16 @@ class Tensor:
 
     def permute(self, *axes):
         axes = tuple(axes[0]) if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
-        return _view(Permute.apply(self, axes=axes), self)
+        out = Permute.apply(self, axes=axes)
+        normalized = tuple(a % max(self.ndim, 1) for a in axes)
+        return _view(out, self, lambda a: a.transpose(normalized))
 
     def transpose(self, dim0=None, dim1=None):
         if dim0 is None:
             return self.permute(tuple(reversed(range(self.ndim))))
         axes = list(range(self.ndim))
         axes[dim0], axes[dim1] = axes[dim1], axes[dim0]
-        out = _view(Permute.apply(self, axes=tuple(axes)), self)
+        out = self.permute(tuple(axes))
         if out._grad_fn is not None:
             out._grad_fn._name = "TransposeBackward0"
         return out
@@ -432,7 +444,7 @@ class Tensor:
 
     def expand(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return _view(Expand.apply(self, shape=shape), self)
+        return _view(Expand.apply(self, shape=shape), self, None)  # read-only: no writing through it
 
     def expand_as(self, other):
         return self.expand(other.shape)
@@ -440,15 +452,23 @@ class Tensor:
     broadcast_to = expand
 
     def squeeze(self, axis=None):
-        return _view(Squeeze.apply(self, axis=axis), self)
+        return self._reshaped_view(Squeeze.apply(self, axis=axis))
 
     def unsqueeze(self, axis):
-        return _view(Unsqueeze.apply(self, axis=axis), self)
+        return self._reshaped_view(Unsqueeze.apply(self, axis=axis))
+
+    def _reshaped_view(self, out):
+        shape = out.shape
+        return _view(out, self, lambda a: a.reshape(shape))
 
     def __getitem__(self, key):
         key = _index_key(key, self)
-        out = Index.apply(self, key=key)
-        return _view(out, self) if _basic_key(key) else out
+        if not _basic_key(key):
+            return Index.apply(self, key=key)
+        keys = key if isinstance(key, tuple) else (key,)
+        if Ellipsis not in keys:
+            key = keys + (Ellipsis,)  # x[0] of a 1-D array is a scalar copy; x[0, ...] is a 0-d view
+        return _view(Index.apply(self, key=key), self, lambda a: a[key])
 
     def gather(self, axis, index):
         """torch.gather: ``out[i][j] = self[index[i][j]][j]`` for axis 0, and so on."""
@@ -471,21 +491,28 @@ class Tensor:
 
     # -- in place: bump the version counter so saved copies are checked ------------------------------------------
     def _check_inplace(self, op, other=None):
-        recording = STATE.enabled and (self._requires_grad or (isinstance(other, Tensor) and other._requires_grad))
-        if recording and self.is_leaf and self._requires_grad:
-            raise RuntimeError(f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
+        root = self._base if self._base is not None else self
+        recording = STATE.enabled and (self._requires_grad or root._requires_grad
+                                       or (isinstance(other, Tensor) and other._requires_grad))
+        if recording and root.is_leaf and root._requires_grad:
+            what = "a view of a leaf tensor" if root is not self else "a leaf tensor"
+            raise RuntimeError(f"{op}: {what} that requires grad is being used in an in-place operation; "
                                "wrap it in `with gpugrad.no_grad():` (e.g. for a parameter update)")
-        if recording and self._base is not None and self._base._requires_grad:
-            raise RuntimeError(f"{op}: in-place operation on a view of a tensor that requires grad is not "
-                               "supported; use the out-of-place op or .clone() the view first")
         return recording
 
     def _inplace(self, op, result_fn, other=None):
         if self._check_inplace(op, other):
+            if self._base is not None and self._base_fn is not self._base._grad_fn:
+                _function._refresh_view(self)
             result = result_fn()  # out of place, with a graph; then moved into our buffer
+            node = result._grad_fn
+            if node is not None and hasattr(node, "unshare_saved"):
+                node.unshare_saved(self)  # it may have saved the buffer we are about to overwrite
             self._backend.xp.copyto(self._data, result._data, casting="same_kind")
-            # The node may have saved its output, but that is `result`'s buffer, not ours: it stays valid.
-            self._grad_fn, self._requires_grad = result._grad_fn, True
+            if self._base is None:
+                self._grad_fn, self._requires_grad = node, True
+            else:
+                _write_through(self, result, op)
         else:
             with _no_grad():
                 result = result_fn()
@@ -513,13 +540,13 @@ class Tensor:
         return self._inplace("clamp_", lambda: self.clamp(min, max))
 
     def zero_(self):
-        self._check_inplace("zero_")
-        self._data.fill(0)
-        self._version_counter[0] += 1
-        return self
+        return self.fill_(0)
 
     def fill_(self, value):
-        self._check_inplace("fill_")
+        if self._check_inplace("fill_"):
+            # Recorded as "everything replaced by a constant": no gradient flows to the old values.
+            everywhere = self._backend.xp.ones(self.shape, dtype=bool)
+            return self._inplace("fill_", lambda: Where.apply(value, self, cond=everywhere))
         self._data.fill(value)
         self._version_counter[0] += 1
         return self
@@ -551,11 +578,37 @@ def _no_grad():
     return no_grad()
 
 
-def _view(out, base):
-    """Views share the version counter with their base, so in-place writes through either are seen by both."""
-    out._version_counter = base._version_counter
-    out._base = base if base._base is None else base._base
+def _view(out, base, view_fn):
+    """Mark ``out`` as a view of ``base``'s memory.  Views share the root's version counter (in-place writes
+    through either are seen by saved copies of both) and remember how to re-make themselves from the root:
+    ``view_fn`` maps the root's array to the view's (None: not writable, e.g. expand)."""
+    root = base if base._base is None else base._base
+    if root is not base:
+        inner = base._view_fn
+        view_fn = None if inner is None or view_fn is None else _compose(view_fn, inner)
+    out._version_counter = root._version_counter
+    out._base, out._view_fn, out._base_fn = root, view_fn, root._grad_fn
     return out
+
+
+def _compose(outer, inner):
+    return lambda a: outer(inner(a))
+
+
+def _shares_memory(a, b):
+    return _function._root(a._data) is _function._root(b._data)
+
+
+def _write_through(view, value, op):
+    """An in-place op on a view, recorded: the root becomes CopySlices(root, value) (torch's way), and the view
+    is re-derived from it, so both the root and the view see the change in values and in graph."""
+    root = view._base
+    if view._view_fn is None:
+        raise RuntimeError(f"{op}: cannot write in place into a view made by expand(); "
+                           "several of its elements share one memory location")
+    new_root = CopySlices.apply(root, value, view_fn=view._view_fn)
+    root._grad_fn, root._requires_grad = new_root._grad_fn, True
+    _function._refresh_view(view)
 
 
 def _axis(axis):
@@ -573,7 +626,8 @@ def _index_array(idx, like, op):
             raise RuntimeError(f"{op}: index is on {idx.device} but the tensor is on {like.device}; "
                                "move it with .to(device)")
         return idx._data
-    return like._backend.asarray(idx)
+    array = like._backend.asarray(idx)
+    return array.astype(np.int64) if array.size == 0 and array.dtype.kind == "f" else array  # x[[]]
 
 
 def _index_key(key, like):
@@ -604,4 +658,4 @@ _function._tensor_type, _function._make_tensor = Tensor, _make
 
 # Cast / ToDevice / Copy / IndexPlace are registered ops too; they live here because they are about tensors
 # moving between dtypes, devices and buffers rather than about math.
-from gpugrad.ops.convert import Cast, Copy, IndexPlace, ToDevice  # noqa: E402
+from gpugrad.ops.convert import Cast, Copy, CopySlices, IndexPlace, ToDevice  # noqa: E402

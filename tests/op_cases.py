@@ -168,6 +168,10 @@ CASES = [
     # CPU -> CPU exercises the op itself here; test_parity moves between CPU and CUDA when a GPU exists.
     OpCase("to_device", lambda a: ToDevice.apply(a * 1.0, source=a._backend, target=a._backend), lambda a: a, [((3,),)]),
     OpCase("index_place", lambda a, v: _setitem(a, v), lambda a, v: _np_setitem(a, v), [((3, 4), (4,))]),
+    OpCase("copy_slices", lambda a, v: _add_into_row(a, v), lambda a, v: a + np.eye(3)[1][:, None] * v,
+           [((3, 4), (4,))], torch_fn=lambda a, v: _add_into_row(a, v)),
+    OpCase("as_view", lambda a, v: _stale_view(a, v), lambda a, v: (a * v)[0:2] + 0.0, [((3, 4), (3, 4))],
+           torch_fn=lambda a, v: _stale_view(a, v)),
     # matmul family
     OpCase("matmul", lambda a, b: a @ b, np.matmul, [((3, 4), (4, 5)), ((4,), (4,)), ((3, 4), (4,)), ((4,), (4, 2)),
                                                     ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (3, 4, 2))],
@@ -208,6 +212,19 @@ def _setitem(a, v):
     out = a * 1.0
     out[1] = v
     return out
+
+
+def _add_into_row(a, v):
+    y = a * 1.0
+    y[1].add_(v)  # in place on a view: the base records CopySlices
+    return y
+
+
+def _stale_view(a, v):
+    y = a * 1.0
+    head = y[0:2]
+    y.mul_(v)  # the base changes in place after the view was taken: the view's graph is re-derived
+    return head + 0.0
 
 
 def _np_setitem(a, v):

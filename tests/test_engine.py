@@ -409,3 +409,146 @@ def test_next_functions_and_is_leaf():
     (n0, i0), (n1, i1) = y.grad_fn.next_functions
     assert n0.name() == "AccumulateGrad" and n0.variable is x and n1 is None and i0 == 0
     assert x.is_leaf and not y.is_leaf
+
+
+# -- regressions from review: each once gave a silently wrong gradient or crashed ---------------------------------
+def test_zero_dim_tensor_used_twice():
+    t = gpugrad.tensor(2.0, requires_grad=True)
+    (t * t).backward()
+    assert t.grad.item() == 4.0
+    t.grad = None
+    (t.exp() * t).backward()
+    np.testing.assert_allclose(t.grad.item(), np.exp(2.0) * 3, rtol=1e-6)
+    (t * t).backward()  # a second backward accumulates into the 0-d leaf buffer
+    np.testing.assert_allclose(t.grad.item(), np.exp(2.0) * 3 + 4, rtol=1e-6)
+    x = leaf([1.0, 2.0])
+    loss = (x * x).sum()
+    (loss * loss + loss.exp()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), (2 * 5 + np.exp(5)) * 2 * np.array([1.0, 2.0]))
+
+
+def test_inplace_change_of_a_saved_view_is_caught():
+    x = leaf([[1.0, 2.0, 3.0]])
+    for make in (lambda: x.softmax(-1), lambda: x.max(1), lambda: x.log_softmax(-1)):
+        y = make()
+        y.mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+            y.sum().backward()
+    z = x * 1
+    lse = z.logsumexp(-1)
+    z.mul_(2)
+    with pytest.raises(RuntimeError, match="LogsumexpBackward0 saved its input"):
+        lse.sum().backward()
+
+
+def test_fill_and_zero_on_graph_tensors_cut_the_gradient():
+    x, w = leaf([1.0, 2.0, 3.0]), leaf([4.0, 5.0, 6.0])
+    z = x * 1
+    z.zero_()
+    (z + w).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 0.0)
+    z = x * 1
+    z.fill_(2.0)
+    (z * w).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 0.0)
+    np.testing.assert_array_equal(w.grad.numpy(), [3.0, 3.0, 3.0])
+
+
+def test_views_follow_inplace_changes_of_their_base(torch):
+    def run(lib, make):
+        x, c = make([1.0, 2.0]), make([3.0])
+        y = x * 2
+        v = y[0]
+        y.mul_(3)
+        (v * c).sum().backward()
+        return x.grad, c.grad
+
+    ours = run(gpugrad, lambda v: gpugrad.tensor(np.array(v), requires_grad=True))
+    theirs = run(torch, lambda v: torch.tensor(v, dtype=torch.float64, requires_grad=True))
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.numpy(), b.numpy())
+
+
+def test_inplace_through_views_records_copy_slices(torch):
+    def run(lib, make):
+        w = make([1.0, 2.0])
+        z = lib.zeros(3, dtype=w.dtype)
+        z[:2].add_(w * w)  # z does not require grad until the in-place op
+        z2 = lib.zeros((2, 3), dtype=w.dtype)
+        z2[0][1:] = w      # chained views
+        h = w * 1
+        h[0] += 5          # Python's `x[i] += ...`: __getitem__, __iadd__ on the view, __setitem__
+        ((z * z).sum() + (z2 * 3).sum() + (h * h).sum()).backward()
+        return w.grad, z.detach(), z2.detach(), h.detach()
+
+    ours = run(gpugrad, lambda v: gpugrad.tensor(np.array(v), requires_grad=True))
+    theirs = run(torch, lambda v: torch.tensor(v, dtype=torch.float64, requires_grad=True))
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.numpy(), b.numpy())
+    with pytest.raises(RuntimeError, match="view of a leaf tensor that requires grad"):
+        leaf([1.0, 2.0])[0:1].add_(1.0)
+
+
+def test_inplace_ops_that_save_self_work_on_graph_tensors(torch):
+    def run(lib, make):
+        x, w = make([0.5, -2.0, 3.0]), make([2.0, 3.0, 4.0])
+        z = x * 1
+        z.clamp_(-1.0, 1.0)
+        z.mul_(w)
+        (z * z).sum().backward()
+        return x.grad, w.grad
+
+    ours = run(gpugrad, lambda v: gpugrad.tensor(np.array(v), requires_grad=True))
+    theirs = run(torch, lambda v: torch.tensor(v, dtype=torch.float64, requires_grad=True))
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.numpy(), b.numpy())
+
+
+def test_hook_must_keep_shape_and_dtype():
+    x = leaf([1.0, 2.0, 3.0])
+    x.register_hook(lambda g: g[:2])
+    with pytest.raises(RuntimeError, match=r"hook .* returned shape \(2,\).*shape \(3,\)"):
+        (x * 2).sum().backward()
+
+
+class ReturnsKept(gpugrad.autograd.Function):
+    kept = None
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, gy):
+        return ReturnsKept.kept
+
+
+def test_custom_function_gradient_is_never_aliased():
+    ReturnsKept.kept = gpugrad.tensor([1.0, 1.0], dtype=np.float64)
+    x = leaf([0.0, 0.0])
+    ReturnsKept.apply(x).sum().backward()
+    ReturnsKept.apply(x).sum().backward()
+    np.testing.assert_array_equal(ReturnsKept.kept.numpy(), [1.0, 1.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])
+
+
+def test_setitem_with_fewer_axes_in_the_gradient():
+    t = leaf(np.zeros((2, 3)))
+    w = leaf(np.ones((1, 3)))
+    u = t * 1
+    u[0] = w
+    (u * 2).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [[2.0, 2.0, 2.0]])
+
+
+def test_autograd_grad_captures_before_the_tensors_own_hooks():
+    x = leaf([1.0])
+    h = x * 2
+    h.register_hook(lambda g: g * 100)
+    gh, gx = gpugrad.autograd.grad((h * h).sum(), [h, x])
+    assert gh.item() == 4.0 and gx.item() == 800.0
+
+
+def test_numpy_scalars_are_weak():
+    x = gpugrad.tensor([1.0, 2.0])
+    assert (x * np.float64(2)).dtype == np.float32 and (x / np.sqrt(np.float64(4))).dtype == np.float32

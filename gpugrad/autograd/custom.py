@@ -31,6 +31,8 @@ class FunctionCtx:
 
 
 class _CustomNode(Node):
+    fresh_grads = False  # a user's backward may return a tensor it keeps: never add into it in place
+
     def __init__(self, cls, ctx):
         self.cls, self.ctx = cls, ctx
         ctx._node_name = self.name()

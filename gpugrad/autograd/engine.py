@@ -42,6 +42,9 @@ def _fit(gx, meta, xp):
     """Sum a gradient over the axes its input was broadcast along, and cast it to the input's dtype."""
     shape, dtype = meta
     gshape = gx.shape
+    if len(gshape) < len(shape):  # e.g. t[0] = w with w (1, 3): the gradient lost w's leading size-1 axes
+        gx = gx.reshape((1,) * (len(shape) - len(gshape)) + gshape)
+        gshape = gx.shape
     if gshape != shape:
         lead = len(gshape) - len(shape)
         axes = tuple(range(lead)) + tuple(
@@ -79,15 +82,14 @@ def run(roots, retain_graph=False, create_graph=False, capture=None):
             if entry is None:
                 continue
             g, owned = entry
+            if capture is not None and node in capture:
+                capture[node] = g  # autograd.grad returns the gradient before the tensor's own hooks, as torch
             if node._pre_hooks:
                 g, owned = _run_hooks(node, g, owned, create_graph)
             if node._retain is not None:
                 _retain_grad(node, g, create_graph)
-            if capture is not None:
-                if node in capture:
-                    capture[node] = g
-                if node not in needed or isinstance(node, AccumulateGrad):
-                    continue
+            if capture is not None and (node not in needed or isinstance(node, AccumulateGrad)):
+                continue
             if isinstance(node, AccumulateGrad):
                 _accumulate_leaf(node.variable, g, owned, create_graph)
                 continue
@@ -95,8 +97,10 @@ def run(roots, retain_graph=False, create_graph=False, capture=None):
             del entry
             if not retain_graph:
                 node.release()
-            xp = node._be.xp
+            be = node._be
+            xp = be.xp
             shared = _repeated_ids(gxs) if len(gxs) > 1 else ()
+            fresh = node.fresh_grads
             for (parent, _), gx, meta in zip(node.next_functions, gxs, node._in_meta):
                 if parent is None or gx is None:
                     continue
@@ -104,10 +108,12 @@ def run(roots, retain_graph=False, create_graph=False, capture=None):
                     gx = tensor_xp.fit(gx, meta)
                     owned = False
                 else:
+                    gx = be.as_array(gx)
                     fitted = _fit(gx, meta, xp)
-                    # A VJP may hand back gy itself or a view of it (add, reshape) or one array for two inputs:
-                    # such a gradient is shared, so it must be copied before anyone adds into it in place.
-                    owned = fitted is not gx or (gx is not g and getattr(gx, "base", None) is None
+                    # A VJP may hand back gy itself or a view of it (add, reshape) or one array for two inputs,
+                    # and a user's Function may return an array it keeps: such a gradient is shared, so it must
+                    # be copied before anyone adds into it in place.
+                    owned = fitted is not gx or (fresh and gx is not g and getattr(gx, "base", None) is None
                                                  and id(gx) not in shared)
                     gx = fitted
                 _add(grads, parent, gx, owned, create_graph)
@@ -143,6 +149,7 @@ def _add(grads, node, g, owned, create_graph):
     elif prev[1]:
         acc = prev[0]
         acc += g  # the first sum below made this buffer ours: add in place
+        grads[node] = (acc, True)
     else:
         grads[node] = (prev[0] + g, True)
 
@@ -154,6 +161,11 @@ def _run_hooks(node, g, owned, create_graph):
         gt = g if create_graph else Tensor._wrap(g, node)
         out = hook(gt)
         if out is not None:
+            if not isinstance(out, Tensor) or out.shape != gt.shape or out.dtype != gt.dtype:
+                what = (f"shape {out.shape}, dtype {out.dtype}" if isinstance(out, Tensor)
+                        else type(out).__name__)
+                raise RuntimeError(f"a hook on the output of {node.name()} returned {what}; it must return None "
+                                   f"or a Tensor of the gradient's shape {gt.shape} and dtype {gt.dtype}")
             g = out if create_graph else out._data
             owned = False
     return g, owned

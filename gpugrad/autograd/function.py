@@ -17,6 +17,7 @@ class Node:
     """A recorded op as seen by the engine: ``next_functions`` lead towards the inputs."""
 
     next_functions: tuple = ()
+    fresh_grads = True  # the VJP returns new arrays (or gy / views of it), never arrays someone else keeps
     _pre_hooks = None  # hooks of the tensor this node produced (register_hook on a non-leaf)
     _retain = None  # weakref to that tensor when it asked to retain_grad()
 
@@ -68,6 +69,27 @@ def _describe(op: str, args) -> str:
     return f"{op}: got shapes [{shapes}], dtypes [{dtypes}], devices [{devices}]"
 
 
+def _root(array):
+    """The array that owns the memory ``array`` views (NumPy and CuPy both keep ``.base``)."""
+    while getattr(array, "base", None) is not None:
+        array = array.base
+    return array
+
+
+def _refresh_view(view):
+    """Re-derive a view's grad_fn from its base's current graph (the base was rebased by an in-place op)."""
+    from gpugrad.autograd.grad_mode import enable_grad
+    from gpugrad.ops.convert import AsView
+
+    base = view._base
+    if view._view_fn is None:
+        raise RuntimeError("a view made by expand() was used after its base was changed in place; "
+                           "take the view again after the in-place operation")
+    with enable_grad():
+        fresh = AsView.apply(base, view_fn=view._view_fn)
+    view._grad_fn, view._requires_grad, view._base_fn = fresh._grad_fn, fresh._requires_grad, base._grad_fn
+
+
 _tensor_type = None  # set by gpugrad._tensor (it imports this module, so it cannot be imported here)
 _make_tensor = None
 _NO_GRAD = [(False,) * n for n in range(8)]
@@ -113,6 +135,8 @@ class Op(Node):
         datas = []
         for a in args:
             if isinstance(a, Tensor):
+                if a._base is not None and a._base_fn is not a._base._grad_fn:
+                    _refresh_view(a)  # its base was changed in place with a graph since the view was taken
                 datas.append(a._data)
                 if be is None:
                     be = a._backend
@@ -144,7 +168,9 @@ class Op(Node):
             record = False
             fn.needs_input_grad = _NO_GRAD[len(args)] if len(args) < 8 else (False,) * len(args)
         out = (getattr(fn, be.forward_name, None) or fn.forward)(be.xp, *datas)
-        result = _make_tensor(out, backend_of(out) if fn.changes_device else be)
+        rbe = backend_of(out) if fn.changes_device else be
+        out = rbe.as_array(out)
+        result = _make_tensor(out, rbe)
         if record and out.dtype.kind == "f":  # an integer result (e.g. a cast to int64) carries no gradient
             fn._be = be
             edges, meta = [], []
@@ -164,20 +190,39 @@ class Op(Node):
         return result
 
     def _bind_saved(self, args, datas, result):
-        # Remember which saved arrays are an input's or the output's buffer, with the version it had, so an
-        # in-place change before backward is caught instead of silently giving a wrong gradient.
+        # Remember which saved arrays are (views of) an input's or the output's buffer, with the version it had,
+        # so an in-place change before backward is caught instead of silently giving a wrong gradient.  Memory is
+        # compared, not identity: ops often save a reshaped view (softmax's 2-D rows, max's keepdims result).
+        out_root = _root(result._data)
         refs = []
         for s in self.saved:
             ref = None
-            if s is result._data:
-                ref = ("out", result._version_counter, result._version_counter[0])
-            else:
-                for a, d in zip(args, datas):
-                    if s is d and hasattr(a, "_version_counter"):
-                        ref = ("in", a, a._version_counter[0])
-                        break
+            if s is not None and hasattr(s, "shape"):
+                root = _root(s)
+                if root is out_root:
+                    ref = ("out" if s is result._data else "outview", result._version_counter,
+                           result._version_counter[0])
+                else:
+                    for a, d in zip(args, datas):
+                        if hasattr(a, "_version_counter") and root is _root(d):
+                            ref = ("in" if s is d else "inview", a, a._version_counter[0])
+                            break
             refs.append(ref)
         self._saved_refs = refs
+
+    def unshare_saved(self, tensor):
+        """Give the node private copies of whatever it saved from ``tensor``'s buffer, which an in-place op
+        is about to overwrite (``z.clamp_()``, ``z.mul_(w)`` on a graph tensor): torch's clone-on-write."""
+        if not self.saved or not self._saved_refs:
+            return
+        saved, refs = list(self.saved), self._saved_refs
+        for i, ref in enumerate(refs):
+            if ref is not None and ref[0] in ("in", "inview") and ref[1] is tensor:
+                shadow = _make_tensor(saved[i].copy(), tensor._backend, tensor._requires_grad)
+                shadow._grad_fn = tensor._grad_fn  # the values' history, for create_graph
+                saved[i] = shadow._data
+                refs[i] = ("in" if ref[0] == "in" else "inview", shadow, 0)
+        self.saved = tuple(saved)
 
     # -- used by the engine -------------------------------------------------------------------------------------
     def _check_saved(self):
@@ -190,12 +235,13 @@ class Op(Node):
             if ref is None:
                 continue
             kind, obj, version = ref
-            now = obj[0] if kind == "out" else obj._version_counter[0]
+            now = obj[0] if kind.startswith("out") else obj._version_counter[0]
             if now != version:
                 raise RuntimeError(
                     f"one of the variables needed for gradient computation has been modified by an in-place "
-                    f"operation: {self.name()} saved its {'output' if kind == 'out' else 'input'} at version "
-                    f"{version}, but it is now at version {now}. Avoid the in-place change, or .clone() first.")
+                    f"operation: {self.name()} saved its {'output' if kind.startswith('out') else 'input'} at "
+                    f"version {version}, but it is now at version {now}. Avoid the in-place change, or .clone() "
+                    "first.")
 
     def run_backward(self, gy, create_graph: bool):
         self._check_saved()

@@ -78,13 +78,16 @@ class set_grad_enabled(_Mode):
 
 
 class inference_mode(_Mode):
-    """no_grad, and tensors made inside are inference tensors: they can never join a graph later."""
+    """no_grad, and tensors made inside are inference tensors: they can never join a graph later.
+
+    ``inference_mode(False)`` is the opposite, as in torch: grad enabled and inference off, even inside
+    ``inference_mode()`` or ``no_grad``.
+    """
 
     def __init__(self, mode: bool = True):
         self._args = (mode,)
         self.mode = bool(mode)
 
     def _enter(self):
-        if self.mode:
-            STATE.enabled = False
-            STATE.inference = True
+        STATE.enabled = not self.mode
+        STATE.inference = self.mode

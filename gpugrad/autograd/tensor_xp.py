@@ -101,6 +101,8 @@ def tanh(x):
 def fit(gx, meta):
     """The engine's unbroadcast + cast, as differentiable ops."""
     shape, dtype = meta
+    if gx.ndim < len(shape):
+        gx = gx.reshape((1,) * (len(shape) - gx.ndim) + tuple(gx.shape))
     if gx.shape != shape:
         lead = gx.ndim - len(shape)
         axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and gx.shape[i + lead] != 1)
@@ -120,6 +122,10 @@ def saved_as_tensors(node):
             out.append(_make(s, node._be))
         elif ref[0] == "in":
             out.append(ref[1])
+        elif ref[0] in ("inview", "outview"):
+            # A reshaped view of an input or of the output: ops that support create_graph use such views only
+            # in comparisons (max's keepdims result), never differentiate through them.
+            out.append(_make(s, node._be))
         else:  # the node's own output: a tensor produced by this very node
             t = _make(s, node._be, requires_grad=True)
             t._grad_fn = node

@@ -24,6 +24,7 @@ class Backend:
     def __init__(self, name, xp, device):
         self.name = name
         self.xp = xp
+        self.array_type = xp.ndarray
         self.device = device
         self.forward_name = f"forward_{name}"
         self.backward_name = f"backward_{name}"
@@ -38,6 +39,11 @@ class Backend:
 
     def asarray(self, data, dtype=None):
         return self.xp.asarray(data, dtype=dtype)
+
+    def as_array(self, value):
+        """NumPy turns 0-d results into immutable scalars (np.float32): make them 0-d arrays again, so every
+        tensor holds an array that in-place accumulation can write into."""
+        return value if isinstance(value, self.array_type) else self.xp.asarray(value)
 
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)

@@ -61,3 +61,36 @@ class IndexPlace(Op):
 
     def backward(self, xp, gy):
         return gy[self.key]
+
+
+@register("as_view")
+class AsView(Op):
+    """y = view_fn(x): a view of x re-derived after x was changed in place (a basic slice, reshape or
+    transpose; ``view_fn`` maps an array to the view).  VJP: gx = zeros with gy written into the view."""
+    _name = "AsStridedBackward0"
+
+    def forward(self, xp, x):
+        self.in_shape = x.shape
+        return self.view_fn(x)
+
+    def backward(self, xp, gy):
+        gx = xp.zeros(self.in_shape, dtype=gy.dtype)
+        self.view_fn(gx)[...] = gy
+        return gx
+
+
+@register("copy_slices")
+class CopySlices(Op):
+    """y = base with its region ``view_fn(base)`` replaced by value: an in-place op on a view, as a graph node
+    of the base (torch's CopySlices).  VJP: gbase = gy with that region zeroed; gvalue = gy's region."""
+    _name = "CopySlices"
+
+    def forward(self, xp, base, value):
+        out = base.copy()
+        self.view_fn(out)[...] = value
+        return out
+
+    def backward(self, xp, gy):
+        gbase = gy.copy()
+        self.view_fn(gbase)[...] = 0
+        return gbase, self.view_fn(gy)
