@@ -14,13 +14,20 @@ def _tensors(xs, op):
             for x in xs]
 
 
-def cat(tensors, axis=0):
-    """Concatenate along an existing axis.  ``dim=`` is accepted as in torch via ``axis``."""
-    return Cat.apply(*_tensors(tensors, "cat"), axis=axis)
+def _axis_or_dim(axis, dim, op):
+    if axis is not None and dim is not None:
+        raise TypeError(f"{op}: give the axis as axis= or as dim= (its torch name), not both")
+    return axis if axis is not None else dim if dim is not None else 0
 
 
-def stack(tensors, axis=0):
-    return Stack.apply(*_tensors(tensors, "stack"), axis=axis)
+def cat(tensors, axis=None, *, dim=None):
+    """Concatenate along an existing axis (default 0).  ``dim=`` is accepted as an alias of ``axis``, as in torch."""
+    return Cat.apply(*_tensors(tensors, "cat"), axis=_axis_or_dim(axis, dim, "cat"))
+
+
+def stack(tensors, axis=None, *, dim=None):
+    """Stack along a new axis (default 0).  ``dim=`` is accepted as an alias of ``axis``, as in torch."""
+    return Stack.apply(*_tensors(tensors, "stack"), axis=_axis_or_dim(axis, dim, "stack"))
 
 
 def where(cond, a, b):

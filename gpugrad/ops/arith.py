@@ -1,6 +1,9 @@
 """Pointwise arithmetic.  Each VJP may return gradients in the broadcast shape: the engine sums them back."""
 from __future__ import annotations
 
+import math
+import numbers
+
 from gpugrad.autograd.function import Op
 from gpugrad.ops import register
 
@@ -76,7 +79,8 @@ class Neg(Op):
 
 @register("pow")
 class Pow(Op):
-    """y = a ** b.  VJP: ga = gy * b * a**(b-1); gb = gy * y * log(a) (defined as 0 where a == 0, as torch)."""
+    """y = a ** b.  VJP (torch's pow_backward): ga = gy * b * a**(b-1), 0 where b == 0 (even at a == 0);
+    gb = gy * y * log(a), 0 where a == 0 and b >= 0, NaN where a < 0 (the log of a negative number)."""
     double_backward = True
 
     def forward(self, xp, a, b):
@@ -86,11 +90,18 @@ class Pow(Op):
 
     def backward(self, xp, gy):
         a, b, y = self.saved
-        ga = gy * b * a ** (b - 1) if self.needs_input_grad[0] else None
-        gb = None
+        ga = gb = None
+        if self.needs_input_grad[0]:
+            if isinstance(b, numbers.Number):  # a Python scalar exponent: decide here, no `where` on the hot path
+                ga = gy * 0 if b == 0 else gy * b * a ** (b - 1)
+            else:  # b == 0 would give 0 * a**-1 = NaN at a == 0
+                ga = xp.where(b == 0, 0, gy * b * a ** (b - 1))
         if self.needs_input_grad[1]:
-            safe = xp.where(a > 0, a, 1)  # log(a) only where it is finite; a <= 0 gets gradient 0
-            gb = xp.where(a > 0, gy * y * xp.log(safe), 0)
+            if isinstance(a, numbers.Number):  # a Python scalar base
+                log_a = math.log(a) if a > 0 else -math.inf if a == 0 else math.nan
+                gb = gy * y * log_a if a != 0 else gy * xp.where(b >= 0, 0, log_a)
+            else:  # y * log(a) -> 0 as a -> 0+ for b > 0; torch defines 0 at b == 0 too
+                gb = gy * xp.where((a == 0) & (b >= 0), 0, y * xp.log(a))
         return ga, gb
 
 

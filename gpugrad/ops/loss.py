@@ -36,7 +36,9 @@ class CrossEntropy(_ChosenLogProb):
         if self.reduction == "none":
             return loss
         total = loss.sum()
-        return total / max(x.shape[0], 1) if self.reduction == "mean" else total
+        if self.reduction == "mean":  # the mean of no rows is NaN, as torch (0 / 0, without NumPy's warning)
+            return total / x.shape[0] if x.shape[0] else xp.full_like(total, xp.nan)
+        return total
 
     def _bwd(self, impl, xp, gy):
         x, lse = self.saved
@@ -44,7 +46,7 @@ class CrossEntropy(_ChosenLogProb):
         if self.reduction == "none":
             g = gy
         else:
-            scale = gy / max(n, 1) if self.reduction == "mean" else gy
+            scale = gy / max(n, 1) if self.reduction == "mean" else gy  # n == 0: an empty gradient either way
             g = xp.broadcast_to(scale, (n,)).astype(x.dtype)
         return impl.softmax_xent_bwd(xp, x, self.target, lse, xp.ascontiguousarray(g))
 

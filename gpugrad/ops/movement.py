@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gpugrad.autograd.function import Op
 from gpugrad.ops import register
+from gpugrad.ops.reduce import canonical_axis
 
 
 @register("reshape")
@@ -47,7 +48,14 @@ class Expand(Op):
     double_backward = True
 
     def forward(self, xp, x):
-        shape = tuple(x.shape[i - (len(self.shape) - x.ndim)] if s == -1 else s for i, s in enumerate(self.shape))
+        lead = len(self.shape) - x.ndim  # new leading axes; -1 ("keep this size") only names an existing one
+        if lead < 0:
+            raise ValueError(f"expand: shape {x.shape} cannot be expanded to {self.shape}: give at least "
+                             f"{x.ndim} sizes")
+        if -1 in self.shape[:lead]:
+            raise ValueError(f"expand: shape {x.shape} cannot be expanded to {self.shape}: -1 keeps an existing "
+                             f"axis' size, but the first {lead} sizes are new leading axes")
+        shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(self.shape))
         try:
             return xp.broadcast_to(x, shape)
         except ValueError:
@@ -68,7 +76,8 @@ class Squeeze(Op):
             self._name = "SqueezeBackward0"
             return x.reshape(tuple(n for n in x.shape if n != 1))
         self._name = "SqueezeBackward1"
-        axes = {a % x.ndim for a in (self.axis if isinstance(self.axis, tuple) else (self.axis,))}
+        axes = self.axis if isinstance(self.axis, tuple) else (self.axis,)
+        axes = {canonical_axis(a, x.ndim, "squeeze") for a in axes}
         # torch semantics: naming an axis that is not of size 1 leaves it alone
         return x.reshape(tuple(n for i, n in enumerate(x.shape) if not (i in axes and n == 1)))
 
@@ -83,7 +92,7 @@ class Unsqueeze(Op):
 
     def forward(self, xp, x):
         self.in_shape = x.shape
-        return xp.expand_dims(x, self.axis)
+        return xp.expand_dims(x, canonical_axis(self.axis, x.ndim, "unsqueeze", new=1))
 
     def backward(self, xp, gy):
         return gy.reshape(self.in_shape)
@@ -148,14 +157,39 @@ class Stack(Op):
 
 @register("gather")
 class Gather(Op):
-    """y = take_along_axis(x, index, axis).  VJP: scatter-add gy back at the same positions."""
+    """torch.gather: y[i][j] = x[index[i][j]][j] for axis 0, and so on.
+
+    index has x's number of axes and is no larger than x along the others, where x is cut to index's extent
+    (so y has index's shape).  VJP: scatter-add gy into zeros of x's shape at the same positions.
+    """
 
     def forward(self, xp, x):
+        index = self.index
         self.in_shape = x.shape
-        return xp.take_along_axis(x, self.index, axis=self.axis)
+        axis = self.axis = canonical_axis(self.axis, x.ndim, "gather")
+        if index.dtype.kind not in "iu":
+            raise TypeError(f"gather: index must hold integers, got dtype {index.dtype}")
+        if index.ndim != x.ndim:
+            raise ValueError(f"gather: index of shape {index.shape} must have as many axes as the input {x.shape}")
+        if any(i > n for d, (i, n) in enumerate(zip(index.shape, x.shape)) if d != axis):
+            raise ValueError(f"gather: index of shape {index.shape} must be no larger than the input {x.shape} "
+                             f"along every axis but {axis}")
+        if x.ndim == 0:  # torch takes a 0-d input as one element along axis 0
+            x, self.index = x.reshape(1), index.reshape(1)
+        # Cut x to index's extent on the other axes: take_along_axis would broadcast index against x there instead.
+        x = x[tuple(slice(None) if d == axis else slice(0, i) for d, i in enumerate(self.index.shape))]
+        n = x.shape[axis]
+        # One host sync (min and max in one transfer), so an id outside [0, n) is an error, not a wrap-around
+        # (negative ids) or an out-of-bounds read.
+        if index.size:
+            lo, hi = (int(v) for v in xp.stack((index.min(), index.max())).tolist())
+            if lo < 0 or hi >= n:
+                raise IndexError(f"gather: index values must lie in [0, {n}) along axis {axis} of the input "
+                                 f"{self.in_shape}, got min {lo} and max {hi}")
+        return xp.take_along_axis(x, self.index, axis=axis).reshape(index.shape)
 
     def backward(self, xp, gy):
-        index, axis = self.index, self.axis % len(self.in_shape)
+        index, axis = self.index, self.axis
         full = []
         for d, n in enumerate(index.shape):
             if d == axis:
@@ -164,6 +198,7 @@ class Gather(Op):
                 shape = [1] * index.ndim
                 shape[d] = n
                 full.append(xp.arange(n).reshape(shape))
-        gx = xp.zeros(self.in_shape, dtype=gy.dtype)
-        xp.add.at(gx, tuple(full), gy)
-        return gx
+        # arange(index.shape[d]) spans only the part of x that forward kept: the rest of gx stays 0
+        gx = xp.zeros(self.in_shape or (1,), dtype=gy.dtype)
+        xp.add.at(gx, tuple(full), gy.reshape(index.shape))
+        return gx.reshape(self.in_shape)

@@ -5,11 +5,24 @@ from gpugrad.autograd.function import Op
 from gpugrad.ops import register
 
 
-def _axes(axis, ndim):
+def canonical_axis(axis, ndim, op, new=0):
+    """``axis`` in [0, n) from torch's range [-n, n), n = ndim + new (new axes, as unsqueeze adds).
+    A 0-d tensor takes 0 or -1, as in torch."""
+    n = max(ndim + new, 1)
+    if not -n <= axis < n:
+        raise IndexError(f"{op}: axis {axis} is out of range for a tensor with {ndim} dimensions "
+                         f"(expected one in [{-n}, {n - 1}])")
+    return axis % n
+
+
+def _axes(axis, ndim, op):
+    """The reduced axes, sorted; () for a 0-d tensor, whose only axis (0 or -1) has nothing to reduce."""
     if axis is None:
         return tuple(range(ndim))
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    return tuple(sorted(a % ndim if ndim else a for a in axes))
+    axes = [canonical_axis(a, ndim, op) for a in (axis if isinstance(axis, tuple) else (axis,))]
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{op}: axis {axis} names an axis twice")
+    return tuple(sorted(axes)) if ndim else ()
 
 
 def _keep(xp, gy, axes, keepdims):
@@ -27,7 +40,7 @@ class _Reduce(Op):
     full_suffix, axis_suffix = "0", "1"
 
     def _setup(self, x):
-        self.axes = _axes(self.axis, x.ndim)
+        self.axes = _axes(self.axis, x.ndim, self.op_name)
         self.in_shape = x.shape
         full = self.axis is None
         self._name = f"{type(self).__name__}Backward{self.full_suffix if full else self.axis_suffix}"
@@ -70,8 +83,9 @@ class _Extreme(_Reduce):
 
     def forward(self, xp, x):
         axes = self._setup(x)
-        if x.size == 0:
-            raise ValueError(f"{self.op_name}(): cannot reduce an empty tensor of shape {x.shape}")
+        if any(x.shape[a] == 0 for a in self.axes):  # only a reduced axis must be non-empty: (0, 3).max(1) is (0,)
+            raise ValueError(f"{self.op_name}(): cannot reduce an empty tensor of shape {x.shape} over axes "
+                             f"{self.axes}")
         y = getattr(xp, self.np_name)(x, axis=axes, keepdims=True)
         self.save_for_backward(x, y)
         return y if self.keepdims else (xp.squeeze(y, axis=axes) if axes else y)
@@ -95,7 +109,10 @@ class Min(_Extreme):
 
 @register("var")
 class Var(_Reduce):
-    """y = Σ (x - mean)^2 / (n - correction).  VJP: gx = gy * 2 (x - mean) / (n - correction)."""
+    """y = Σ (x - mean)^2 / (n - correction).  VJP: gx = gy * 2 (x - mean) / (n - correction).
+
+    With n <= correction the result is inf (NaN where all x are equal) and the gradient is inf/NaN, as in torch.
+    """
     double_backward = True
     full_suffix = axis_suffix = "0"
 
@@ -104,13 +121,24 @@ class Var(_Reduce):
         n = 1
         for a in self.axes:
             n *= x.shape[a]
-        self.denom = max(n - self.correction, 0)
+        self.dof = n - self.correction
         centered = x - xp.mean(x, axis=axes, keepdims=True)
         # Save the input, not `centered`: under create_graph the VJP must see how centered depends on x.
         self.save_for_backward(x)
-        return xp.sum(centered * centered, axis=axes, keepdims=self.keepdims) / self.denom
+        ss = xp.sum(centered * centered, axis=axes, keepdims=self.keepdims)
+        if self.dof > 0:
+            return ss / self.dof
+        # torch divides by max(dof, 0): ss / 0 without the divide-by-zero warning (NaN ss stays NaN)
+        return xp.where(ss > 0, ss.dtype.type("inf"), ss.dtype.type("nan"))
 
     def backward(self, xp, gy):
         (x,) = self.saved
         centered = x - xp.mean(x, axis=self.axes, keepdims=True)
-        return _keep(xp, gy, self.axes, self.keepdims) * centered * (2.0 / self.denom)
+        g = _keep(xp, gy, self.axes, self.keepdims)
+        if self.dof > 0:
+            return g * centered * (2.0 / self.dof)
+        # NOTE: n <= correction follows torch's var_backward: over all axes (or a 0-d input) gy * (NaN where x equals
+        # its mean, else inf); over given axes the usual formula, with 2 / 0 = inf (and 2 / dof for dof < 0).
+        if self.axis is None or not self.in_shape:
+            return g * xp.where(centered == 0, float("nan"), float("inf"))
+        return g * centered * (2.0 / self.dof if self.dof else float("inf"))

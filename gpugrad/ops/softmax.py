@@ -2,15 +2,21 @@
 there first (a copy only when the axis is not already last)."""
 from __future__ import annotations
 
+import math
+
 from gpugrad.ops import register
 from gpugrad.ops.kernel_op import KernelOp
+from gpugrad.ops.reduce import canonical_axis
 
 
-def _rows(xp, x, axis):
-    """x as (rows, n) with ``axis`` last, plus what it takes to undo it."""
-    axis %= max(x.ndim, 1)
+def _rows(xp, x, axis, op):
+    """x as (rows, n) with ``axis`` last, plus what it takes to undo it.  A 0-d x is one row of one element."""
+    axis = canonical_axis(axis, x.ndim, op)
+    if x.ndim == 0:
+        return x.reshape(1, 1), (axis, ())
     moved = x if axis == x.ndim - 1 else xp.moveaxis(x, axis, -1)
-    return moved.reshape(-1, moved.shape[-1]) if x.ndim else moved.reshape(1, 1), (axis, moved.shape)
+    # The row count is explicit: reshape(-1, 0) cannot infer it when the softmax axis is empty.
+    return moved.reshape(math.prod(moved.shape[:-1]), moved.shape[-1]), (axis, moved.shape)
 
 
 def _unrows(xp, y2, undo, ndim):
@@ -23,14 +29,14 @@ class _RowOp(KernelOp):
     fwd = bwd = None
 
     def _fwd(self, impl, xp, x):
-        x2, self.undo = _rows(xp, x, self.axis)
+        x2, self.undo = _rows(xp, x, self.axis, self.op_name)
         self.ndim = x.ndim
         y2 = getattr(impl, self.fwd)(xp, x2)
         self.save_for_backward(y2)
         return _unrows(xp, y2, self.undo, x.ndim)
 
     def _bwd(self, impl, xp, gy):
-        gy2, _ = _rows(xp, gy, self.axis)
+        gy2, _ = _rows(xp, gy, self.axis, self.op_name)
         return _unrows(xp, getattr(impl, self.bwd)(xp, self.saved[0], gy2), self.undo, self.ndim)
 
 
@@ -52,7 +58,7 @@ class LogSumExp(KernelOp):
     _name = "LogsumexpBackward0"
 
     def _fwd(self, impl, xp, x):
-        x2, self.undo = _rows(xp, x, self.axis)
+        x2, self.undo = _rows(xp, x, self.axis, self.op_name)
         self.ndim = x.ndim
         lse = impl.logsumexp_fwd(xp, x2)
         self.save_for_backward(x2, lse)

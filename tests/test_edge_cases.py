@@ -1,0 +1,201 @@
+"""Edge cases against PyTorch: gather shapes and bounds, 0 ** 0, var with n <= correction, 0-d tensors, empty axes,
+expand's -1, cat/stack dim=, the mean of an empty batch, nested inference_mode."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpugrad
+import gpugrad.nn.functional as F
+
+
+def _pair(torch, arrays):
+    """The same float64 leaves for gpugrad and torch."""
+    ours = [gpugrad.tensor(np.asarray(a, dtype=np.float64), requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(np.asarray(a, dtype=np.float64), requires_grad=True) for a in arrays]
+    return ours, theirs
+
+
+def _assert_same(ours, theirs, y, ty, seed=1):
+    """Values, then the gradients of <u, y> for a random u (NaN and inf must match too)."""
+    np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+    assert y.shape == tuple(ty.shape)
+    u = np.random.default_rng(seed).standard_normal(tuple(ty.shape))
+    y.backward(gpugrad.tensor(u))
+    ty.backward(torch_like(ty, u))
+    for a, b in zip(ours, theirs):
+        want = b.grad.numpy() if b.grad is not None else np.zeros(b.shape)
+        np.testing.assert_allclose(a.grad.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+def torch_like(t, array):
+    return t.new_tensor(array)
+
+
+# -- 1. gather: torch's shape rules and bounds ----------------------------------------------------------------------
+GATHERS = [
+    ((3, 4), 1, [[0, 2]]),  # index shorter than x along axis 0: x is cut, not broadcast
+    ((3, 4), 1, [[0], [1]]),  # index narrower than x along the gathered axis
+    ((3, 4), 1, [[0, 1, 2, 3, 0]]),  # longer than x along the gathered axis is allowed
+    ((3, 4), 0, [[0, 1, 2, 0]] * 5),
+    ((3, 4), -1, [[3, 3], [0, 1]]),  # repeated ids add up in the gradient
+    ((2, 3, 4), 1, [[[2, 0, 1]], [[1, 1, 0]]]),
+    ((3, 4), 1, np.zeros((0, 2), np.int64)),
+    ((), 0, 0),
+    ((), -1, 0),
+]
+
+
+@pytest.mark.parametrize("shape,axis,index", GATHERS, ids=[f"{s}-{a}-{np.shape(i)}" for s, a, i in GATHERS])
+def test_gather_follows_torch_shape_rules(shape, axis, index, torch):
+    x = np.arange(float(np.prod(shape))).reshape(shape)
+    idx = np.asarray(index, dtype=np.int64)
+    (ours,), (theirs,) = _pair(torch, [x])
+    _assert_same([ours], [theirs], ours.gather(axis, gpugrad.tensor(idx)), theirs.gather(axis, torch.tensor(idx)))
+
+
+def test_gather_rejects_what_torch_rejects():
+    x = gpugrad.tensor(np.arange(12.0).reshape(3, 4))
+    with pytest.raises(IndexError, match=r"\[0, 3\).*min -1"):
+        x.gather(0, gpugrad.tensor([[-1]]))  # would wrap around to the last row
+    with pytest.raises(IndexError, match=r"\[0, 4\).*max 4"):
+        x.gather(1, gpugrad.tensor([[0, 4]]))
+    with pytest.raises(ValueError, match=r"index of shape \(1,\) must have as many axes as the input \(3, 4\)"):
+        x.gather(0, gpugrad.tensor([-1]))
+    with pytest.raises(ValueError, match=r"no larger than the input \(3, 4\) along every axis but 0"):
+        x.gather(0, gpugrad.tensor([[0, 1, 2, 0, 0]]))
+    with pytest.raises(TypeError, match="integers"):
+        x.gather(0, gpugrad.tensor([[0.0]]))
+
+
+# -- 2. pow: torch's pow_backward at b == 0 and a <= 0 ---------------------------------------------------------------
+POW_POINTS = [(0.0, 0.0), (0.0, 1.0), (0.0, 2.0), (0.0, 0.5), (0.0, -1.0), (-1.0, 2.0), (-1.0, 0.0), (-2.0, 0.5),
+              (2.0, 0.0), (1.5, -2.0)]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy warns on 0 ** -1 and log(0); the values are the point
+@pytest.mark.parametrize("a,b", POW_POINTS)
+def test_pow_gradients_match_torch(a, b, torch):
+    ours, theirs = _pair(torch, [[a], [b]])
+    _assert_same(ours, theirs, ours[0] ** ours[1], theirs[0] ** theirs[1])  # tensor ** tensor
+    (x,), (tx,) = _pair(torch, [[a]])
+    _assert_same([x], [tx], x ** b, tx ** b)  # a Python scalar exponent
+    (e,), (te,) = _pair(torch, [[b]])
+    _assert_same([e], [te], a ** e, a ** te)  # a Python scalar base
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_pow_with_zero_exponent_keeps_second_derivative(torch):
+    ours, theirs = _pair(torch, [[0.0, 1.5], [0.0, 2.0]])
+    (g,) = gpugrad.autograd.grad((ours[0] ** ours[1]).sum(), [ours[0]], create_graph=True)
+    (tg,) = torch.autograd.grad((theirs[0] ** theirs[1]).sum(), [theirs[0]], create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), tg.detach().numpy())
+    _assert_same(ours, theirs, g, tg)
+
+
+# -- 3. var with n <= correction ----------------------------------------------------------------------------------
+VARS = [([1.0, 3.0], 2, None), ([1.0, 3.0], 2, 0), ([1.0, 1.0], 2, 0), ([1.0, 1.0], 2, None), ([2.0], 1, 0),
+        ([2.0], 1, None), ([1.0, 3.0], 3, None), ([1.0, 3.0], 3, 0), ([1.0, 3.0], 2.5, None), ([1.0, 3.0], 1.5, 0),
+        ([[1.0, 3.0], [2.0, 2.0]], 2, 1), (5.0, 1, None), (5.0, 1, 0), (np.zeros((0, 3)), 1, 0), (np.zeros(0), 1, None)]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")  # inf * 0 here; torch warns on dof <= 0
+@pytest.mark.parametrize("x,correction,axis", VARS)
+def test_var_with_too_few_elements_matches_torch(x, correction, axis, torch):
+    (v,), (tv,) = _pair(torch, [x])
+    kw = {} if axis is None else {"dim": axis}
+    _assert_same([v], [tv], v.var(axis=axis, correction=correction), tv.var(correction=correction, **kw))
+
+
+# -- 4. 0-d tensors take axis 0 and -1 ------------------------------------------------------------------------------
+ZERO_D = ["sum", "mean", "max", "min", "softmax", "log_softmax", "logsumexp", "squeeze", "unsqueeze"]
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+@pytest.mark.parametrize("op", ZERO_D)
+def test_zero_dim_tensor_accepts_axis_0_and_minus_1(op, axis, torch):
+    (s,), (ts,) = _pair(torch, [1.5])
+    theirs = {"max": "amax", "min": "amin"}.get(op, op)
+    _assert_same([s], [ts], getattr(s, op)(axis), getattr(ts, theirs)(axis))
+
+
+@pytest.mark.parametrize("op", ZERO_D + ["var"])
+def test_zero_dim_tensor_rejects_other_axes(op):
+    s = gpugrad.tensor(1.5, requires_grad=True)
+    with pytest.raises(IndexError, match=r"axis 1 is out of range for a tensor with 0 dimensions"):
+        getattr(s, op)(1)
+
+
+def test_zero_dim_reductions_keepdims_and_tuple_axes(torch):
+    (s,), (ts,) = _pair(torch, [2.0])
+    _assert_same([s], [ts], s.sum((0,), keepdims=True) * 3, ts.sum((0,), keepdim=True) * 3)
+    with pytest.raises(ValueError, match="twice"):
+        gpugrad.ones(2, 3).sum((1, -1))
+
+
+# -- 5. softmax family over an empty axis ---------------------------------------------------------------------------
+EMPTY = [((3, 0), -1), ((3, 0), 0), ((0, 3), -1), ((0, 3), 0), ((2, 0, 4), 1)]
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("shape,axis", EMPTY)
+def test_softmax_family_over_empty_axes_matches_torch(op, shape, axis, torch):
+    (x,), (tx,) = _pair(torch, [np.zeros(shape)])
+    _assert_same([x], [tx], getattr(x, op)(axis), getattr(tx, op)(axis))
+
+
+# -- 6. max/min keep an empty axis that is not reduced --------------------------------------------------------------
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_extreme_over_a_nonempty_axis_of_an_empty_tensor(op, torch):
+    (x,), (tx,) = _pair(torch, [np.zeros((0, 3))])
+    _assert_same([x], [tx], getattr(x, op)(1), getattr(tx, "a" + op)(1))
+    with pytest.raises(ValueError, match=r"cannot reduce an empty tensor of shape \(0, 3\)"):
+        getattr(x, op)(0)
+    with pytest.raises(ValueError, match=r"cannot reduce an empty tensor of shape \(0, 3\)"):
+        getattr(x, op)()
+
+
+# -- 7. expand: -1 only for existing axes ---------------------------------------------------------------------------
+def test_expand_rejects_minus_one_for_a_new_axis(torch):
+    with pytest.raises(ValueError, match="new leading axes"):
+        gpugrad.zeros(3).expand(-1, 3)
+    with pytest.raises(ValueError, match="at least 2 sizes"):
+        gpugrad.zeros(3, 1).expand(3)
+    (x,), (tx,) = _pair(torch, [np.arange(3.0).reshape(3, 1)])
+    _assert_same([x], [tx], x.expand(2, -1, 4), tx.expand(2, -1, 4))
+
+
+# -- 8. cat / stack take dim= ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fn", ["cat", "stack"])
+def test_cat_and_stack_accept_dim(fn, torch):
+    ours, theirs = _pair(torch, [np.arange(6.0).reshape(2, 3), np.arange(6.0, 12.0).reshape(2, 3)])
+    _assert_same(ours, theirs, getattr(gpugrad, fn)(ours, dim=1), getattr(torch, fn)(theirs, dim=1))
+    assert getattr(gpugrad, fn)(ours, -1).shape == tuple(getattr(torch, fn)(theirs, -1).shape)
+    assert getattr(gpugrad, fn)(ours).shape == tuple(getattr(torch, fn)(theirs).shape)
+    with pytest.raises(TypeError, match="not both"):
+        getattr(gpugrad, fn)(ours, axis=0, dim=1)
+
+
+# -- 9. cross-entropy of an empty batch -----------------------------------------------------------------------------
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_of_an_empty_batch_matches_torch(reduction, torch):
+    (x,), (tx,) = _pair(torch, [np.zeros((0, 5))])
+    t = np.zeros(0, np.int64)
+    y = F.cross_entropy(x, gpugrad.tensor(t), reduction=reduction)
+    ty = torch.nn.functional.cross_entropy(tx, torch.tensor(t), reduction=reduction)
+    _assert_same([x], [tx], y, ty)
+    assert x.grad.shape == (0, 5)
+
+
+# -- 10. inference_mode(False) ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("outer", ["inference_mode", "no_grad", "enable_grad"])
+def test_inference_mode_false_enables_grad_as_torch(outer, torch):
+    w = gpugrad.ones(2, requires_grad=True)
+    with getattr(gpugrad, outer)(), getattr(torch, outer)():
+        with gpugrad.inference_mode(False), torch.inference_mode(False):
+            assert (gpugrad.is_grad_enabled(), gpugrad.is_inference_mode_enabled()) == (
+                torch.is_grad_enabled(), torch.is_inference_mode_enabled()) == (True, False)
+            assert (w * 2).requires_grad
+        assert (gpugrad.is_grad_enabled(), gpugrad.is_inference_mode_enabled()) == (
+            torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+    assert (gpugrad.is_grad_enabled(), gpugrad.is_inference_mode_enabled()) == (True, False)
