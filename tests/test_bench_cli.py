@@ -3,6 +3,7 @@ on a fake clock, and that every baseline and PyTorch peer computes what the kern
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -84,6 +85,69 @@ def test_plot_without_matplotlib_fails_before_measuring(monkeypatch, tmp_path, c
     monkeypatch.setattr(suites, "run_device", lambda *a, **k: pytest.fail("measured despite the missing plot"))
     assert cli_main(["bench", "--device", "cpu", "--plot", str(tmp_path / "x.png")]) != 0
     assert "matplotlib" in capsys.readouterr().err
+
+
+def _fake_measurements(monkeypatch):
+    """Make `gpugrad bench --device cpu` instant: one kernel and one matmul row, a fixed environment."""
+    from gpugrad.bench import report
+
+    env = {"cpu": {"model": "test CPU", "usable_cores": 2}}
+    result = {"device": "cpu", "kernels": [{"name": "relu_fwd", "fraction_of_peak": 0.5}],
+              "matmul": {"cases": [{"name": "mlp_fwd", "fraction_of_peak": 0.9}]}}
+    monkeypatch.setattr(report, "environment", lambda: env)
+    monkeypatch.setattr(report, "format_device", lambda r, e: "(table)")
+    monkeypatch.setattr(suites, "run_device", lambda *a, **k: result)
+
+
+def test_outputs_go_into_created_directories_and_through_symlinks(monkeypatch, tmp_path, capsys):
+    _fake_measurements(monkeypatch)
+    (tmp_path / "b.json").symlink_to(tmp_path / "real" / "b.json")
+    argv = ["bench", "--device", "cpu", "--no-progress", "--json"]
+    assert cli_main([*argv, str(tmp_path / "nodir" / "x" / "b.json")]) == 0
+    assert json.loads((tmp_path / "nodir" / "x" / "b.json").read_text())["devices"]["cpu"]["device"] == "cpu"
+    assert cli_main([*argv, str(tmp_path / "b.json")]) == 0
+    assert (tmp_path / "b.json").is_symlink()
+    assert json.loads((tmp_path / "real" / "b.json").read_text())["quick"] is False
+    if HAVE_MPL:
+        png = tmp_path / "nd" / "p.png"
+        assert cli_main(["bench", "--device", "cpu", "--no-progress", "--plot", str(png)]) == 0
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_output_paths_fail_before_measuring(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(suites, "run_device", lambda *a, **k: pytest.fail("measured despite a bad output path"))
+    (tmp_path / "file").write_text("x")
+    cases = [(["--json", str(tmp_path)], "--json .* is a directory"),
+             (["--json", str(tmp_path / "file" / "b.json")], "--json .*: cannot create its directory")]
+    if HAVE_MPL:
+        cases += [(["--plot", str(tmp_path)], "--plot .* is a directory"),
+                  (["--plot", str(tmp_path / "file" / "nd" / "p.png")], "--plot .*: cannot create its directory")]
+    for args, pattern in cases:
+        assert cli_main(["bench", "--device", "cpu", *args]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and re.match("gpugrad bench: " + pattern, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_failed_write_after_measuring_is_one_line_and_non_zero(monkeypatch, tmp_path, capsys):
+    from gpugrad.bench import report
+
+    _fake_measurements(monkeypatch)
+
+    def full_disk(results, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "write_json", full_disk)
+    assert cli_main(["bench", "--device", "cpu", "--no-progress", "--json", str(tmp_path / "b.json")]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "error: writing" in err and "No space left on device" in err
+
+
+@pytest.mark.parametrize("bad", ["-1", "0", "two"])
+def test_torch_threads_must_be_a_positive_integer(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_main(["bench", "--torch-threads", bad])
+    assert e.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(gpugrad.cuda.is_available(), reason="needs a machine without CUDA")

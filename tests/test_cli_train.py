@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,24 +32,34 @@ def _losses(doc):
     return [(e["train_loss"], e["test_loss"], e["test_acc"]) for e in doc["epochs"]]
 
 
-def _patch_step(monkeypatch, at, action):
-    """Make the optimizer's ``at``-th step run ``action(step)`` instead, ``step()`` being the real update."""
-    from gpugrad.optim import Optimizer
+def _patch_method(monkeypatch, owner, name, at, action):
+    """Make the ``at``-th call of ``owner.name`` run ``action(call)`` instead, ``call()`` being the real one."""
+    original, calls = getattr(owner, name), [0]
 
-    original, calls = Optimizer.step, [0]
-
-    def step(self, *a, **k):
+    def patched(self, *a, **k):
         calls[0] += 1
         if calls[0] == at:
             return action(lambda: original(self, *a, **k))
         return original(self, *a, **k)
 
-    monkeypatch.setattr(Optimizer, "step", step)
+    monkeypatch.setattr(owner, name, patched)
     return calls
 
 
-def _interrupt(step):
-    raise KeyboardInterrupt  # before the update, as a Ctrl-C landing at the start of step() would
+def _patch_step(monkeypatch, at, action):
+    """The optimizer's ``at``-th step runs ``action(step)``."""
+    from gpugrad.optim import Optimizer
+
+    return _patch_method(monkeypatch, Optimizer, "step", at, action)
+
+
+def _patch_backward(monkeypatch, at, action):
+    """The ``at``-th ``loss.backward()`` runs ``action(backward)``: a point where the last step is committed."""
+    return _patch_method(monkeypatch, gpugrad.Tensor, "backward", at, action)
+
+
+def _interrupt(call):
+    raise KeyboardInterrupt  # a Ctrl-C landing before the call does anything
 
 
 def test_short_run_prints_per_epoch_lines_and_writes_metrics(tmp_path, capsys):
@@ -136,7 +147,7 @@ def test_resume_rejects_a_conflicting_configuration(tmp_path, capsys):
     ckpt = tmp_path / "run.ckpt"
     _train(tmp_path, "--epochs", "1", "--checkpoint", str(ckpt), "--quiet")
     assert main(["train", "--resume", str(ckpt), "--hidden", "64"]) == 1
-    assert "--hidden [64] differs from the checkpoint's [32]" in capsys.readouterr().err
+    assert "--hidden 64 differs from the checkpoint's --hidden 32" in capsys.readouterr().err
     assert main(["train", "--resume", str(tmp_path / "missing.ckpt")]) == 1
     assert "no such checkpoint" in capsys.readouterr().err
 
@@ -145,7 +156,7 @@ def test_ctrl_c_mid_epoch_saves_and_resume_matches_a_straight_run(tmp_path, monk
     _, straight = _train(tmp_path, "--epochs", "3", "--quiet", name="straight.json")
     ckpt = tmp_path / "run.ckpt"
 
-    calls = _patch_step(monkeypatch, 30, _interrupt)  # epoch 2, batch 7 (23 batches per epoch)
+    calls = _patch_backward(monkeypatch, 30, _interrupt)  # epoch 2, batch 7 (23 batches per epoch)
     code, doc = _train(tmp_path, "--epochs", "3", "--checkpoint", str(ckpt), name="cut.json")
     err = capsys.readouterr().err
     assert code == EXIT_INTERRUPTED == 130 and calls[0] == 30
@@ -179,10 +190,58 @@ def test_sigint_stops_at_a_batch_boundary(tmp_path, monkeypatch, capsys):
 
 
 def test_ctrl_c_without_checkpoint_exits_130_and_saves_nothing(tmp_path, monkeypatch, capsys):
-    _patch_step(monkeypatch, 3, _interrupt)
+    _patch_backward(monkeypatch, 3, _interrupt)
     assert main(["train", *FAST, "--quiet"]) == 130
     assert "nothing saved (no --checkpoint given)" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_second_ctrl_c_inside_a_step_is_held_until_the_step_is_committed(tmp_path, monkeypatch, capsys):
+    _, straight = _train(tmp_path, "--epochs", "2", "--quiet", name="straight.json")
+    ckpt = tmp_path / "run.ckpt"
+
+    def update_then_two_ctrl_c(step):
+        step()  # parameters and Adam moments are updated ...
+        signal.raise_signal(signal.SIGINT)  # ... and two Ctrl-C land before the step is recorded as done
+        signal.raise_signal(signal.SIGINT)
+
+    calls = _patch_step(monkeypatch, 5, update_then_two_ctrl_c)
+    code, _ = _train(tmp_path, "--epochs", "2", "--checkpoint", str(ckpt), "--quiet", name="cut.json")
+    assert code == 130 and calls[0] == 5 and "checkpoint saved" in capsys.readouterr().err
+    saved = checkpoint.load(ckpt, device="cpu")
+    assert (saved["progress"]["epoch"], saved["progress"]["batch"]) == (0, 5)
+    assert saved["optimizer"]["state"][0]["step"] == 5  # the progress record and the update agree
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(ckpt), "--metrics-json", str(tmp_path / "r.json"), "--quiet"]) == 0
+    assert _losses(json.loads((tmp_path / "r.json").read_text())) == _losses(straight)
+
+
+def test_an_interrupt_escaping_a_half_done_step_keeps_the_last_checkpoint(tmp_path, monkeypatch, capsys):
+    ckpt = tmp_path / "run.ckpt"
+    assert _train(tmp_path, "--epochs", "1", "--checkpoint", str(ckpt), "--quiet")[0] == 0
+    before = ckpt.read_bytes()
+
+    def update_then_interrupt(step):
+        step()
+        raise KeyboardInterrupt  # not through our handler (another library's): the step was never recorded
+
+    _patch_step(monkeypatch, 5, update_then_interrupt)
+    assert main(["train", "--resume", str(ckpt), "--epochs", "2", "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert "inside the optimizer step" in err and f"{ckpt} keeps the last consistent checkpoint" in err
+    assert ckpt.read_bytes() == before
+
+
+def test_ctrl_c_while_loading_data_exits_130_cleanly(tmp_path, monkeypatch, capsys):
+    from gpugrad.cli import train as train_cli
+
+    def interrupted(config):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_cli, "load_data", interrupted)
+    assert main(["train", *FAST, "--checkpoint", str(tmp_path / "run.ckpt")]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted before training started; nothing saved"
+    assert not (tmp_path / "run.ckpt").exists()
 
 
 # -- checkpoint files ----------------------------------------------------------------------------------------------
@@ -221,8 +280,13 @@ def test_checkpoint_rejects_what_it_cannot_store_and_files_it_did_not_write(tmp_
     with pytest.raises(checkpoint.CheckpointError, match="not a gpugrad checkpoint"):
         checkpoint.load(tmp_path / "plain.npz")
     (tmp_path / "junk").write_bytes(b"not a zip file")
-    with pytest.raises(checkpoint.CheckpointError, match="unreadable checkpoint"):
+    with pytest.raises(checkpoint.CheckpointError, match="not a gpugrad checkpoint: .*junk"):
         checkpoint.load(tmp_path / "junk")
+    good = bytearray(checkpoint.save(tmp_path / "good", {"x": np.arange(1000.0)}).read_bytes())
+    good[len(good) // 2] ^= 0xFF  # a zip still, but a member's data no longer matches its CRC
+    (tmp_path / "flipped").write_bytes(good)
+    with pytest.raises(checkpoint.CheckpointError, match="flipped: unreadable checkpoint"):
+        checkpoint.load(tmp_path / "flipped")
     meta = json.dumps({"format": "gpugrad-checkpoint", "version": 99, "tree": {}}).encode()
     np.savez(tmp_path / "future.npz", __meta__=np.frombuffer(meta, np.uint8))
     with pytest.raises(checkpoint.CheckpointError, match="version 99"):
@@ -260,6 +324,133 @@ def test_training_reports_a_failed_save_and_keeps_the_last_good_checkpoint(tmp_p
     assert "No space left on device" in capsys.readouterr().err
     monkeypatch.undo()
     assert checkpoint.load(ckpt, device="cpu")["progress"]["epoch"] == 1
+
+
+def test_outputs_are_written_through_symlinks(tmp_path):
+    real = tmp_path / "real"
+    (tmp_path / "link.ckpt").symlink_to(real / "run.ckpt")  # dangling: real/ does not exist yet
+    (tmp_path / "link.json").symlink_to(real / "m.json")
+    outputs = ["--quiet", "--checkpoint", str(tmp_path / "link.ckpt"), "--metrics-json", str(tmp_path / "link.json")]
+    assert main(["train", *FAST, "--epochs", "1", *outputs]) == 0
+    assert main(["train", "--resume", str(tmp_path / "link.ckpt"), "--epochs", "2", *outputs]) == 0  # replace
+    assert (tmp_path / "link.ckpt").is_symlink() and (tmp_path / "link.json").is_symlink()
+    assert checkpoint.load(real / "run.ckpt", device="cpu")["progress"]["epoch"] == 2
+    assert json.loads((real / "m.json").read_text())["final"]["epoch"] == 2
+    assert sorted(p.name for p in real.iterdir()) == ["m.json", "run.ckpt"]  # no temporary files left
+
+
+def test_output_paths_are_checked_before_training(tmp_path, monkeypatch, capsys):
+    from gpugrad.cli import train as train_cli
+
+    monkeypatch.setattr(train_cli, "train_epoch", lambda *a: pytest.fail("trained despite a bad output path"))
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "file").write_text("x")
+    cases = [(["--checkpoint", str(tmp_path / "dir")], "--checkpoint .*dir is a directory"),
+             (["--metrics-json", str(tmp_path / "fifo")], "--metrics-json .*fifo is not a regular file"),
+             (["--metrics-json", str(tmp_path / "file" / "m.json")], "--metrics-json .*cannot create its directory")]
+    try:
+        import matplotlib  # noqa: F401
+
+        cases += [(["--plot", str(tmp_path / "dir")], "--plot .*dir is a directory"),  # not dir.png
+                  (["--plot", str(tmp_path / "file" / "sub" / "c.png")], "--plot .*cannot create its directory"),
+                  (["--plot", str(tmp_path / "c.xyz")], "--plot .*c.xyz: unknown image format 'xyz'")]
+    except ImportError:
+        pass
+    for args, pattern in cases:
+        assert main(["train", *FAST, *args]) == 1
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and re.match("gpugrad train: error: " + pattern, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "fifo", "file"]
+    assert list((tmp_path / "dir").iterdir()) == []
+
+
+def test_metrics_json_is_strict_json_with_null_for_nan(tmp_path, monkeypatch):
+    from gpugrad.cli import train as train_cli
+
+    monkeypatch.setattr(train_cli, "evaluate", lambda model, loader: (float("nan"), 0.5))
+    code, _ = _train(tmp_path, "--epochs", "1", "--quiet")
+
+    def reject(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    doc = json.loads((tmp_path / "m.json").read_text(), parse_constant=reject)
+    assert code == 0 and doc["epochs"][0]["test_loss"] is None and doc["final"]["test_loss"] is None
+    assert doc["final"]["test_acc"] == 0.5
+
+
+# -- resuming: one-line errors ---------------------------------------------------------------------------------------
+def _tiny_idx(path, y_train, y_test, side=4):
+    """An IDX directory of random side x side images with the given labels."""
+    rng = np.random.default_rng(0)
+    return write_idx_dir(path, rng.integers(0, 256, (len(y_train), side, side), dtype=np.uint8), y_train,
+                         rng.integers(0, 256, (len(y_test), side, side), dtype=np.uint8), y_test)
+
+
+def test_resuming_a_finished_run_says_there_is_nothing_to_do(tmp_path, capsys):
+    ckpt = tmp_path / "run.ckpt"
+    assert _train(tmp_path, "--epochs", "2", "--checkpoint", str(ckpt), "--quiet")[0] == 0
+    before = ckpt.read_bytes()
+    capsys.readouterr()
+    for more in ([], ["--epochs", "1"]):
+        assert main(["train", "--resume", str(ckpt), *more]) == 0
+        out, err = capsys.readouterr()
+        assert "already finished 2 epochs; nothing to do (pass --epochs > 2 to continue)" in err
+        assert "resumed from" not in out and "after 2 epochs" in out.splitlines()[-1]
+    assert ckpt.read_bytes() == before
+
+
+def test_resume_mismatch_names_flags_as_typed(tmp_path, capsys):
+    ckpt = tmp_path / "run.ckpt"
+    _train(tmp_path, "--epochs", "1", "--checkpoint", str(ckpt), "--quiet")
+    assert main(["train", "--resume", str(ckpt), "--no-standardize"]) == 1
+    assert "error: --no-standardize differs from the checkpoint's --standardize;" in capsys.readouterr().err
+    assert main(["train", "--resume", str(ckpt), "--hidden", "32,16"]) == 1
+    assert "error: --hidden 32,16 differs from the checkpoint's --hidden 32;" in capsys.readouterr().err
+
+
+def test_resume_of_a_file_that_is_not_a_train_checkpoint(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("hello")
+    assert main(["train", "--resume", str(tmp_path / "notes.txt")]) == 1
+    err = capsys.readouterr().err
+    assert f"error: not a gpugrad checkpoint: {tmp_path / 'notes.txt'}" in err and "pickle" not in err
+    checkpoint.save(tmp_path / "bare.ckpt", {"model": {}, "config": {"seed": 0}})
+    assert main(["train", "--resume", str(tmp_path / "bare.ckpt")]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "bare.ckpt: not a checkpoint of `gpugrad train` (no optimizer, progress, " \
+        "config/data," in err
+
+
+def test_resume_after_the_data_changed_is_a_one_line_error(tmp_path, capsys):
+    y = (np.arange(40) % 4).astype(np.uint8)
+    data, ckpt = _tiny_idx(tmp_path / "idx", y, y[:10]), tmp_path / "run.ckpt"
+    assert main(["train", *FAST, "--data", str(data), "--epochs", "1", "--checkpoint", str(ckpt), "--quiet"]) == 0
+    _tiny_idx(data, y, y[:10], side=5)  # 25 inputs instead of 16
+    assert main(["train", "--resume", str(ckpt), "--epochs", "2"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "error: the data no longer matches the checkpoint" in err
+    assert "size mismatch for 0.weight" in err
+    _tiny_idx(data, y, y[:10])  # the same shapes again, but the checkpoint says it stopped at batch 5 of 1
+    saved = checkpoint.load(ckpt, device="cpu")
+    saved["progress"].update(epoch=0, batch=5)
+    checkpoint.save(ckpt, saved)
+    assert main(["train", "--resume", str(ckpt), "--epochs", "2"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "error: the data no longer matches the checkpoint" in err
+
+
+def test_labels_must_be_class_indices_and_sparse_ones_are_warned_about(tmp_path, capsys):
+    y = np.arange(40) % 4
+    _tiny_idx(tmp_path / "huge", np.where(y == 3, 70000, y).astype(np.int32), y[:10].astype(np.int32))
+    assert main(["train", *FAST, "--data", str(tmp_path / "huge")]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "train-labels-idx1-ubyte: label 70000 is not a class index in [0, 65536)" in err
+    y = np.where(y == 3, 255, y).astype(np.uint8)
+    _tiny_idx(tmp_path / "sparse", y, y[:10])
+    assert main(["train", *FAST, "--data", str(tmp_path / "sparse"), "--epochs", "1", "--quiet"]) == 0
+    assert "labels go up to 255, so the model gets 256 outputs, but only 4 distinct labels occur" in \
+        capsys.readouterr().err
 
 
 # -- data, plots, errors -------------------------------------------------------------------------------------------
@@ -303,6 +494,13 @@ def test_plot_writes_a_png(tmp_path):
     png = tmp_path / "curves.png"
     code, _ = _train(tmp_path, "--epochs", "2", "--plot", str(png), "--quiet")
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_plot_creates_missing_directories(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "missing" / "dir" / "c.png"
+    code, _ = _train(tmp_path, "--epochs", "1", "--plot", str(png), "--quiet")
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_without_matplotlib_says_how_to_install_it(tmp_path, monkeypatch, capsys):

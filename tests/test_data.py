@@ -119,6 +119,35 @@ def test_generic_dataset_is_collated_field_by_field():
     assert [t.tolist() for t in DataLoader(Plain(), batch_size=2, device="cpu")] == [[0.0, 1.0], [2.0]]
 
 
+def test_dict_and_nested_samples_are_collated_like_torch():
+    class Records(Dataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return {"x": np.full(3, i, np.float32), "y": i, "pair": (np.float32(i), [i, 2 * i])}
+
+    batches = list(DataLoader(Records(), batch_size=2, device="cpu"))
+    b = batches[0]
+    assert set(b) == {"x", "y", "pair"} and isinstance(b["x"], gpugrad.Tensor)
+    assert b["x"].shape == (2, 3) and b["x"].dtype == np.float32 and b["y"].tolist() == [0, 1]
+    assert b["pair"][0].tolist() == [0.0, 1.0] and [t.tolist() for t in b["pair"][1]] == [[0, 1], [0, 2]]
+    assert batches[-1]["y"].tolist() == [4]
+
+
+@pytest.mark.parametrize("field", ["text", None, {1, 2}], ids=["str", "None", "set"])
+def test_fields_that_cannot_be_collated_are_a_type_error(field):
+    class Odd(Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return np.zeros(2, np.float32), field
+
+    with pytest.raises(TypeError, match=f"cannot collate a sample field of type {type(field).__name__}"):
+        next(iter(DataLoader(Odd(), batch_size=2, device="cpu")))
+
+
 def test_loader_rejects_bad_arguments():
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="batch_size"):
@@ -323,6 +352,27 @@ def test_mismatched_counts_and_shapes(tmp_path):
     write_idx_dir(tmp_path, x_train, y_train.astype(np.int8) - 1, x_test, y_test)
     with pytest.raises(IdxError, match="negative label"):
         load_idx_dir(tmp_path)
+
+
+def test_empty_splits_are_named_errors(tmp_path):
+    from gpugrad.data.idx import load_idx_pair
+
+    x_train, y_train, x_test, y_test = _mnist_like()
+    write_idx_dir(tmp_path, x_train[:0], y_train[:0], x_test, y_test)
+    x, y = load_idx_pair(tmp_path, "train")  # a pair on its own may be empty: (0, 784), not a reshape error
+    assert x.shape == (0, 784) and x.dtype == np.float32 and y.shape == (0,)
+    with pytest.raises(IdxError, match=r"train-images-idx3-ubyte: no images; the train split needs at least one"):
+        load_idx_dir(tmp_path)
+    write_idx_dir(tmp_path, x_train, y_train, x_test[:0], y_test[:0])
+    with pytest.raises(IdxError, match=r"t10k-images-idx3-ubyte: no images; the test split needs at least one"):
+        load_idx_dir(tmp_path)
+
+
+def test_a_size_that_overflows_int64_is_reported_as_truncated(tmp_path):
+    path = tmp_path / "huge-idx"
+    path.write_bytes(b"\x00\x00\x08\x04" + np.full(4, 65536, ">u4").tobytes())  # 65536**4 == 2**64 bytes
+    with pytest.raises(IdxError, match=r"huge-idx: truncated data: .* needs 18446744073709551616 bytes"):
+        read_idx(path)
 
 
 def test_float_images_are_taken_as_scaled(tmp_path):

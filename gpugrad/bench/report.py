@@ -156,9 +156,11 @@ def format_device(result, env):
 
 
 def write_json(results, path):
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1, default=_json_default)
-        f.write("\n")
+    """``results`` as JSON, written atomically (parent directories created, a symlink written through)."""
+    from gpugrad.cli.checkpoint import atomic_write
+
+    text = json.dumps(results, indent=1, default=_json_default) + "\n"
+    return atomic_write(path, lambda f: f.write(text.encode()), "--json")
 
 
 def _json_default(o):
@@ -170,8 +172,9 @@ def _json_default(o):
 # ---- plot ------------------------------------------------------------------------------------------------------------
 def plot_fractions(results, path):
     """Horizontal bars: the fraction of measured peak per kernel (bandwidth) and matmul (GFLOP/s), one colour per
-    device. Raises gpugrad.cli.plot.PlotUnavailable when matplotlib is missing."""
-    from gpugrad.cli.plot import require_matplotlib
+    device, written atomically like every output.  Raises gpugrad.cli.plot.PlotUnavailable when matplotlib is
+    missing."""
+    from gpugrad.cli.plot import require_matplotlib, save_figure
 
     plt = require_matplotlib()
     devices = list(results["devices"])
@@ -197,6 +200,7 @@ def plot_fractions(results, path):
            title="gpugrad bench")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)

@@ -24,6 +24,16 @@ def _shape(text):
     return rows, cols
 
 
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def add_arguments(parser):
     parser.description = ("Kernel bandwidth, matmul GFLOP/s, MLP training throughput and engine overhead per device, "
                           "each next to a reference measured in the same run.")
@@ -34,7 +44,7 @@ def add_arguments(parser):
                         help="shape of the kernel inputs (default: per device, see gpugrad.bench.suites.config_for)")
     parser.add_argument("--json", metavar="PATH", help="write every figure and the environment as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="bar chart of fractions of peak (needs matplotlib)")
-    parser.add_argument("--torch-threads", type=int, metavar="N",
+    parser.add_argument("--torch-threads", type=_positive_int, metavar="N",
                         help="PyTorch intra-op threads for the torch peer (default: PyTorch's own default)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -67,23 +77,29 @@ def _progress(total, enabled):
     return tick, bar.close
 
 
+def _check_outputs(args):
+    """Fail before minutes of measuring, not after: matplotlib for --plot, and writable file paths (their
+    directories are created here).  Raises PlotUnavailable or OSError with one line."""
+    from gpugrad.cli.checkpoint import output_path
+    from gpugrad.cli.plot import check_plot_path
+
+    if args.json:
+        output_path(args.json, "--json")
+    if args.plot:
+        check_plot_path(args.plot, "--plot")
+
+
 def run(args) -> int:
     from gpugrad.bench import report, suites
+    from gpugrad.cli.plot import PlotUnavailable
 
     try:
         devices, skipped = _devices(args.device)
-    except RuntimeError as e:
+        _check_outputs(args)
+    except (RuntimeError, OSError) as e:  # PlotUnavailable is a RuntimeError
         print(f"gpugrad bench: {e}", file=sys.stderr)
         return 2
-    if args.plot:  # fail before minutes of measuring, not after
-        from gpugrad.cli.plot import PlotUnavailable, require_matplotlib
-
-        try:
-            require_matplotlib()
-        except PlotUnavailable as e:
-            print(f"gpugrad bench: {e}", file=sys.stderr)
-            return 2
-    if args.torch_threads:
+    if args.torch_threads is not None:
         th, _ = suites.torch_for(suites.get_backend("cpu"))
         if th is not None:
             th.set_num_threads(args.torch_threads)
@@ -100,13 +116,17 @@ def run(args) -> int:
         print(flush=True)
     for device, reason in skipped.items():
         print(f"== {device}: skipped: {reason} ==", flush=True)
-    if args.json:
-        report.write_json(results, args.json)
-        print(f"wrote {args.json}", file=sys.stderr)
-    if args.plot:
-        report.plot_fractions(results, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
-    return 0
+    code = 0
+    for path, write in ((args.json, report.write_json), (args.plot, report.plot_fractions)):
+        if not path:
+            continue
+        try:
+            write(results, path)
+            print(f"wrote {path}", file=sys.stderr)
+        except (OSError, PlotUnavailable) as e:  # e.g. the disk filled up while measuring
+            print(f"gpugrad bench: error: writing {path}: {e}", file=sys.stderr)
+            code = 1
+    return code
 
 
 def main(argv=None) -> int:

@@ -6,7 +6,8 @@ ints, floats, strings, lists, tuples, dicts with int keys) goes into one JSON do
 ``__meta__``.  Loading uses ``numpy.load(allow_pickle=False)``, so a checkpoint can never run code.
 
 Writes go to a temporary file in the target's directory, are fsynced and then ``os.replace``d over the target,
-so an interrupted or failed save leaves the previous checkpoint untouched.
+so an interrupted or failed save leaves the previous checkpoint untouched; a symlink is written through (its
+target is replaced, the link stays).
 
 >>> save("run.ckpt", {"model": model.state_dict(), "epoch": 3})           # doctest: +SKIP
 >>> load("run.ckpt", device="cpu")["epoch"]                               # doctest: +SKIP
@@ -104,13 +105,39 @@ def _unflatten(skeleton, arrays, device):
 
 
 # -- files ---------------------------------------------------------------------------------------------------------
-def atomic_write(path, write):
+class OutputPathError(OSError):
+    """An output path that cannot be written: a directory or other non-file there, or no way to make its parent."""
+
+
+def output_path(path, what="output") -> Path:
+    """``path`` with symlinks resolved (so a write replaces the link's target, not the link), its parent created.
+
+    Raises OutputPathError naming ``what`` (e.g. ``--checkpoint``) when the target exists but is not a regular file
+    or its directory cannot be made; run it on every output before any long work, so a bad path fails at once.
+    """
+    real = Path(os.path.realpath(path))
+    if os.path.lexists(real) and not real.is_file():
+        kind = "is a directory" if real.is_dir() else "is not a regular file"
+        via = f" (a link to {real})" if os.path.islink(path) else ""
+        raise OutputPathError(f"{what} {path}{via} {kind}; give a file path")
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputPathError(f"{what} {path}: cannot create its directory {real.parent}: "
+                              f"{e.strerror or e}") from None
+    if not os.access(real.parent, os.W_OK | os.X_OK):
+        raise OutputPathError(f"{what} {path}: directory {real.parent} is not writable")
+    return real
+
+
+def atomic_write(path, write, what="output"):
     """Call ``write(file)`` on a temporary file next to ``path``, fsync it, then rename it over ``path``.
 
-    On any exception (KeyboardInterrupt included) the temporary file is removed and ``path`` is untouched.
+    A symlink at ``path`` is written through (its target is replaced); a directory or other non-file there is an
+    OutputPathError.  On any exception (KeyboardInterrupt included) the temporary file is removed and ``path``
+    is untouched.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = output_path(path, what)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -144,12 +171,12 @@ def _file_mode(path):
         return 0o666 & ~umask
 
 
-def save(path, tree) -> Path:
+def save(path, tree, what="checkpoint") -> Path:
     """Write ``tree`` (nested dicts/lists/tuples of Tensors, arrays and JSON values) to ``path`` atomically."""
     arrays, skeleton = _flatten(tree)
     meta = json.dumps({"format": FORMAT, "version": VERSION, "tree": skeleton}).encode()
     members = {META: np.frombuffer(meta, np.uint8), **arrays}
-    return atomic_write(path, lambda f: np.savez(f, **members))
+    return atomic_write(path, lambda f: np.savez(f, **members), what)
 
 
 def load(path, device=None):
@@ -157,17 +184,20 @@ def load(path, device=None):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint")
+    if not zipfile.is_zipfile(path):  # NOTE: np.load would try pickle next and blame allow_pickle
+        raise CheckpointError(f"not a gpugrad checkpoint: {path} (not an .npz archive)")
     try:
         with np.load(path, allow_pickle=False) as z:
             if META not in z.files:
-                raise CheckpointError(f"{path}: not a gpugrad checkpoint (no {META} member)")
+                raise CheckpointError(f"not a gpugrad checkpoint: {path} (no {META} member)")
             meta = json.loads(z[META].tobytes().decode())
             arrays = {k: z[k] for k in z.files if k != META}
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
-    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        meta = meta if isinstance(meta, dict) else {}
         raise CheckpointError(f"{path}: format {meta.get('format')!r} version {meta.get('version')!r}; "
                               f"this gpugrad reads {FORMAT!r} version {VERSION}")
     return _unflatten(meta["tree"], arrays, device)

@@ -1,6 +1,8 @@
 """Loss / accuracy curves of a training run as a PNG (matplotlib, the optional ``plot`` extra)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 INSTALL_HINT = "pip install 'gpugrad[plot]'"
 
 
@@ -20,6 +22,33 @@ def require_matplotlib():
     return plt
 
 
+def _format(path):
+    """The image format named by ``path``'s suffix (png, pdf, svg, ...); png when it has none."""
+    return Path(path).suffix.lower().lstrip(".") or "png"
+
+
+def check_plot_path(path, what="--plot"):
+    """Fail fast, before any long work: matplotlib present, a format it writes, a file path whose directory exists
+    (created here) -- raises PlotUnavailable or checkpoint.OutputPathError, each with one line."""
+    from gpugrad.cli.checkpoint import OutputPathError, output_path
+
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    types = FigureCanvasBase.get_supported_filetypes()
+    if _format(path) not in types:
+        raise OutputPathError(f"{what} {path}: unknown image format {_format(path)!r}; use one of {', '.join(types)}")
+    return output_path(path, what)
+
+
+def save_figure(fig, path, what="--plot"):
+    """``fig`` written atomically to ``path`` in the format its suffix names (no suffix: png, and none is added:
+    the file is exactly ``path``)."""
+    from gpugrad.cli.checkpoint import atomic_write
+
+    return atomic_write(path, lambda f: fig.savefig(f, format=_format(path), dpi=100), what)
+
+
 def plot_history(history, path, title="gpugrad train"):
     """Two panels from per-epoch metrics dicts: train/test loss and test accuracy (%) against epoch."""
     plt = require_matplotlib()
@@ -34,6 +63,7 @@ def plot_history(history, path, title="gpugrad train"):
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
     fig.suptitle(title)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)

@@ -5,7 +5,8 @@
     gpugrad train --resume run.ckpt --epochs 20       # continue (also after Ctrl-C) up to 20 epochs in total
 
 Reproducible: the same seed gives bitwise-identical losses on the same device, and a run resumed from a
-checkpoint (written at the end of every epoch, or on Ctrl-C mid-epoch) repeats exactly what an uninterrupted run
+checkpoint (written at the end of every epoch, or on Ctrl-C mid-epoch: the first stops after the current batch, a
+second at once, but never between a parameter update and its record) repeats exactly what an uninterrupted run
 does: the loader's order depends only on (seed, epoch), gpugrad's generators are reseeded from (seed, epoch) at
 the start of each epoch, and the checkpoint holds model, optimizer, position within the epoch and the CPU
 generator's state.
@@ -13,6 +14,7 @@ generator's state.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import signal
@@ -36,6 +38,7 @@ ACTIVATIONS = ("relu", "gelu", "tanh", "sigmoid")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 EVAL_BATCH = 1000
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+MAX_CLASSES = 65536  # labels are class indices; a larger one is a wrong file, not a 10^5-way classifier
 
 
 class CliError(Exception):
@@ -114,10 +117,20 @@ def resolve_config(args, saved=None):
     config = dict(saved)
     for key in FIXED_ON_RESUME:
         if key in given and given[key] != saved[key]:
-            raise CliError(f"--{key.replace('_', '-')} {given[key]} differs from the checkpoint's {saved[key]}; "
+            raise CliError(f"{_as_flag(key, given[key])} differs from the checkpoint's {_as_flag(key, saved[key])}; "
                            "a resumed run keeps its configuration (only --epochs and output options may change)")
     config["epochs"] = given.get("epochs", saved["epochs"])
     return config
+
+
+def _as_flag(key, value):
+    """``key=value`` as it is typed on the command line: ``--no-standardize``, ``--hidden 512,256``."""
+    flag = "--" + key.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else f"--no-{flag[2:]}"
+    if value is None:  # only a checkpoint's: --data unset (the digits)
+        return f"(no {flag})"
+    return f"{flag} {','.join(map(str, value)) if isinstance(value, list) else value}"
 
 
 # -- pieces of a run -----------------------------------------------------------------------------------------------
@@ -134,6 +147,25 @@ def load_data(config):
     if config["standardize"]:
         x_train, x_test = standardize(x_train, x_test)
     return x_train, y_train, x_test, y_test, desc
+
+
+def count_classes(config, y_train, y_test):
+    """max label + 1, after checking every label is a class index in [0, MAX_CLASSES); warns when most of those
+    classes never occur (labels like 0, 255 make a 256-way classifier)."""
+    from gpugrad.data.idx import SPLITS, find_idx
+
+    for split, y in (("train", y_train), ("test", y_test)):
+        lo, hi = int(y.min()), int(y.max())
+        if lo < 0 or hi >= MAX_CLASSES:
+            data = config["data"]
+            where = f"digits {split} labels" if data is None else find_idx(data, SPLITS[split][1])
+            raise CliError(f"{where}: label {lo if lo < 0 else hi} is not a class index in [0, {MAX_CLASSES})")
+    n = max(int(y_train.max()), int(y_test.max())) + 1
+    present = len(np.union1d(y_train, y_test))
+    if 2 * present < n:
+        print(f"warning: labels go up to {n - 1}, so the model gets {n} outputs, but only {present} distinct labels "
+              "occur; relabel them 0, 1, ... for a smaller model", file=sys.stderr, flush=True)
+    return n
 
 
 def standardize(x_train, x_test, eps=STD_EPS):
@@ -189,6 +221,7 @@ def train_epoch(model, optimizer, loader, progress, bar, stop):
     epoch's mean training loss."""
     import gpugrad
     from gpugrad.nn import functional as F
+    from gpugrad.random import generator
 
     model.train()
     base_time, t0 = progress.train_time, time.perf_counter()
@@ -196,14 +229,17 @@ def train_epoch(model, optimizer, loader, progress, bar, stop):
         loss = F.cross_entropy(model(xb), yb)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        optimizer.step()
-        # the step is done: commit it to the progress record (what a checkpoint saves)
-        with gpugrad.no_grad():
-            weighted = loss.detach() * len(yb)
-            progress.loss_sum = weighted if progress.loss_sum is None else progress.loss_sum + weighted
-        progress.batch += 1
-        progress.samples += len(yb)
-        progress.train_time = base_time + time.perf_counter() - t0
+        # NOTE: from the first parameter update to the last field of the progress record, a checkpoint would mix
+        # two steps; a second Ctrl-C is held until the whole step is committed
+        with stop.critical():
+            optimizer.step()
+            with gpugrad.no_grad():
+                weighted = loss.detach() * len(yb)
+                progress.loss_sum = weighted if progress.loss_sum is None else progress.loss_sum + weighted
+            progress.batch += 1
+            progress.samples += len(yb)
+            progress.train_time = base_time + time.perf_counter() - t0
+            progress.rng = generator(np).bit_generator.state  # as of this step, whatever runs before the next
         bar.update(1)
         if not bar.disable and bar.n % 10 == 0:  # .item() syncs a GPU: only for a visible bar, now and then
             bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
@@ -220,6 +256,7 @@ class Progress:
         self.epoch, self.batch, self.samples, self.train_time = epoch, batch, samples, train_time
         self.loss_sum = loss_sum  # device scalar: summing on the device avoids a sync per batch
         self.history = list(history)
+        self.rng = None  # the CPU generator's state at the last committed step (None: at an epoch boundary)
 
     def state(self):
         return {"epoch": self.epoch, "batch": self.batch, "samples": self.samples, "train_time": self.train_time,
@@ -228,16 +265,35 @@ class Progress:
 
 class _SigintFlag:
     """The first Ctrl-C asks the loop to stop at the next batch boundary (so the checkpoint is consistent);
-    a second one raises KeyboardInterrupt at once.  Only installed in the main thread."""
+    a second one raises KeyboardInterrupt at once, or, inside ``critical()``, as soon as the region ends.
+    ``torn`` records a KeyboardInterrupt that escaped a critical region half done (raised by someone else: then
+    the model and optimizer no longer match the progress record).  Only installed in the main thread."""
 
     def __init__(self):
-        self.requested, self._old = False, None
+        self.requested, self.torn, self._old, self._critical, self._held = False, False, None, False, False
 
     def _handle(self, signum, frame):
-        if self.requested:
+        if not self.requested:
+            self.requested = True
+            print("\ninterrupt: stopping after this batch (Ctrl-C again to stop at once)", file=sys.stderr,
+                  flush=True)
+        elif self._critical:
+            self._held = True
+        else:
             raise KeyboardInterrupt
-        self.requested = True
-        print("\ninterrupt: stopping after this batch (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def critical(self):
+        self._critical = True
+        try:
+            yield
+        except BaseException:
+            self.torn = True
+            raise
+        finally:
+            self._critical = False
+        if self._held:
+            raise KeyboardInterrupt
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -300,6 +356,33 @@ def run(args) -> int:
         return 1
 
 
+def check_outputs(args):
+    """Every output path, before any data is read: a file (not a directory) whose directory exists or is created
+    here, and matplotlib for --plot.  Raises OSError (OutputPathError) or PlotUnavailable with one line."""
+    from gpugrad.cli.checkpoint import output_path
+
+    for what, path in (("--checkpoint", args.checkpoint), ("--metrics-json", args.metrics_json)):
+        if path:  # NOTE: a --resume file is checked by loading it; saving then replaces that file
+            output_path(path, what)
+    if args.plot:
+        from gpugrad.cli.plot import check_plot_path
+
+        check_plot_path(args.plot)
+
+
+def check_resumable(saved, path):
+    """Raise CheckpointError unless ``saved`` has what ``gpugrad train --resume`` reads."""
+    from gpugrad.cli.checkpoint import CheckpointError
+
+    saved = saved if isinstance(saved, dict) else {}
+    config, progress = saved.get("config"), saved.get("progress")
+    missing = [k for k in ("config", "model", "optimizer", "progress") if not isinstance(saved.get(k), dict)]
+    missing += [f"config/{k}" for k in (*FIXED_ON_RESUME, "epochs") if isinstance(config, dict) and k not in config]
+    missing += [f"progress/{k}" for k in Progress().state() if isinstance(progress, dict) and k not in progress]
+    if missing:
+        raise CheckpointError(f"{path}: not a checkpoint of `gpugrad train` (no {', '.join(missing)})")
+
+
 def train(args) -> int:
     import gpugrad
     from gpugrad.backend import get_backend
@@ -309,32 +392,43 @@ def train(args) -> int:
 
     t_start = time.perf_counter()
     quiet = args.quiet
-    if args.plot:
-        from gpugrad.cli.plot import require_matplotlib
-
-        require_matplotlib()  # fail before training, not after it
-    try:
-        device = get_backend(args.device).device
-    except (RuntimeError, ValueError, TypeError) as e:
-        raise CliError(f"--device {args.device}: {e}") from None
-
-    saved = checkpoint.load(args.resume, device=device) if args.resume else None
-    config = resolve_config(args, saved and saved["config"])
     ckpt_path = args.checkpoint or args.resume
+    try:  # a Ctrl-C before the first batch has nothing to save: exit at once, quietly
+        check_outputs(args)  # fail before training, not after it
+        try:
+            device = get_backend(args.device).device
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise CliError(f"--device {args.device}: {e}") from None
 
-    x_train, y_train, x_test, y_test, data_desc = load_data(config)
-    n_classes = int(max(y_train.max(), y_test.max())) + 1
-    model = build_model(config, x_train.shape[1], n_classes, device)
-    if saved:
-        model.load_state_dict(saved["model"])
-    optimizer = build_optimizer(config, model.parameters())
-    if saved:
-        optimizer.load_state_dict(saved["optimizer"])
-    progress = Progress(**saved["progress"]) if saved else Progress()
+        saved = checkpoint.load(args.resume, device=device) if args.resume else None
+        if saved is not None:
+            check_resumable(saved, args.resume)
+        config = resolve_config(args, saved and saved["config"])
 
-    train_loader = DataLoader(TensorDataset(x_train, y_train), batch_size=config["batch_size"], shuffle=True,
-                              seed=config["seed"], device=device)
-    test_loader = DataLoader(TensorDataset(x_test, y_test), batch_size=EVAL_BATCH, device=device)
+        x_train, y_train, x_test, y_test, data_desc = load_data(config)
+        n_classes = count_classes(config, y_train, y_test)
+        model = build_model(config, x_train.shape[1], n_classes, device)
+        optimizer = build_optimizer(config, model.parameters())
+        progress = Progress(**saved["progress"]) if saved else Progress()
+        train_loader = DataLoader(TensorDataset(x_train, y_train), batch_size=config["batch_size"], shuffle=True,
+                                  seed=config["seed"], device=device)
+        test_loader = DataLoader(TensorDataset(x_test, y_test), batch_size=EVAL_BATCH, device=device)
+        if saved:
+            try:
+                model.load_state_dict(saved["model"])
+                optimizer.load_state_dict(saved["optimizer"])
+                train_loader.set_epoch(progress.epoch, progress.batch)
+            except (RuntimeError, ValueError, KeyError, TypeError) as e:
+                raise CliError(f"the data no longer matches the checkpoint {args.resume}: "
+                               + " ".join(str(e).split())) from None
+    except KeyboardInterrupt:
+        print("\ninterrupted before training started; nothing saved", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+
+    finished = saved and progress.epoch >= config["epochs"]
+    if finished:
+        config["epochs"] = progress.epoch  # what the output below describes
+    epochs = config["epochs"]
     n_params = sum(p.numel() for p in model.parameters())
     sizes = "-".join(str(s) for s in [x_train.shape[1], *config["hidden"], n_classes])
     _say(quiet, f"data: {data_desc}: {len(x_train)} train / {len(x_test)} test, {x_train.shape[1]} features"
@@ -342,16 +436,20 @@ def train(args) -> int:
     _say(quiet, f"model: MLP {sizes} ({config['activation']}), {n_params:,} parameters; {config['optimizer']} "
                 f"lr={config['lr']:g} weight_decay={config['weight_decay']:g}"
                 + (f" momentum={config['momentum']:g}" if config["optimizer"] == "sgd" else "")
-                + f"; batch {config['batch_size']}, {config['epochs']} epochs, seed {config['seed']}, device {device}")
-    if saved:
+                + f"; batch {config['batch_size']}, {epochs} epochs, seed {config['seed']}, device {device}")
+    if finished:
+        print(f"{args.resume}: already finished {epochs} epochs; nothing to do (pass --epochs > {epochs} to "
+              "continue)", file=sys.stderr, flush=True)
+    elif saved:
         _say(quiet, f"resumed from {args.resume} at epoch {progress.epoch + 1}, batch {progress.batch}")
     t_setup = time.perf_counter() - t_start
 
     def save_checkpoint():
+        rng = progress.rng or generator(np).bit_generator.state
         checkpoint.save(ckpt_path, {
             "config": config, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "progress": progress.state(), "rng": {"numpy": generator(np).bit_generator.state},
-            "device": str(device), "gpugrad_version": gpugrad.__version__})
+            "progress": progress.state(), "rng": {"numpy": rng},
+            "device": str(device), "gpugrad_version": gpugrad.__version__}, "--checkpoint")
 
     def report(interrupted):
         if args.metrics_json:
@@ -362,7 +460,6 @@ def train(args) -> int:
 
             plot_history(progress.history, args.plot, title=f"gpugrad train: MLP {sizes}, {config['optimizer']}")
 
-    epochs = config["epochs"]
     width = len(str(epochs))
     with _SigintFlag() as stop:
         try:
@@ -390,7 +487,12 @@ def train(args) -> int:
         except KeyboardInterrupt:
             stop.ignore()  # a further Ctrl-C must not break the save below
             where = f"epoch {progress.epoch + 1}, batch {progress.batch}"
-            if ckpt_path:
+            if stop.torn:  # the step was cut half way: model and optimizer are neither before nor after it
+                kept = f"; {ckpt_path} keeps the last consistent checkpoint" if ckpt_path and \
+                    Path(ckpt_path).exists() else ""
+                print(f"\ninterrupted inside the optimizer step after {where}: nothing saved{kept}",
+                      file=sys.stderr, flush=True)
+            elif ckpt_path:
                 save_checkpoint()
                 print(f"\ninterrupted at {where}: checkpoint saved to {ckpt_path}; continue with "
                       f"`gpugrad train --resume {ckpt_path}`", file=sys.stderr, flush=True)
@@ -410,8 +512,20 @@ def train(args) -> int:
     return 0
 
 
+def _finite(value):
+    """``value`` with every NaN and infinity replaced by None (JSON has no such numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write_metrics(path, config, device, data_desc, progress, interrupted, timings):
-    """Config, device, per-epoch metrics, final metrics and timings as JSON (written atomically)."""
+    """Config, device, per-epoch metrics, final metrics and timings as strict JSON (NaN and infinities as null),
+    written atomically."""
     import gpugrad
     from gpugrad.cli.checkpoint import atomic_write
 
@@ -423,5 +537,5 @@ def write_metrics(path, config, device, data_desc, progress, interrupted, timing
         "timings": {**timings, "train_s": sum(m["train_time_s"] for m in history),
                     "eval_s": sum(m["eval_time_s"] for m in history)},
     }
-    text = json.dumps(doc, indent=2) + "\n"
-    atomic_write(path, lambda f: f.write(text.encode()))
+    text = json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode()), "--metrics-json")

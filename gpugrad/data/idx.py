@@ -17,6 +17,7 @@ Files may be gzip-compressed (detected by content, not by name).  Every error na
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import zlib
 from pathlib import Path
@@ -63,7 +64,7 @@ def read_idx(path) -> np.ndarray:
         raise IdxError(f"{path}: truncated header: {ndim} dimensions need {header} bytes, the file has {len(buf)}")
     dims = tuple(int(d) for d in np.frombuffer(buf, ">u4", ndim, offset=4))
     dtype = DTYPES[code]
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(dims) * dtype.itemsize  # Python ints: 65536**4 elements must not wrap around to 0
     have = len(buf) - header
     if have < expected:
         raise IdxError(f"{path}: truncated data: shape {dims} of {dtype.newbyteorder('=')} needs {expected} bytes "
@@ -114,7 +115,7 @@ def load_idx_pair(directory, split="train"):
         raise IdxError(f"{labels_path}: labels must be integers, got {labels.dtype}")
     if len(labels) and labels.min() < 0:
         raise IdxError(f"{labels_path}: negative label {labels.min()}")
-    x = images.reshape(len(images), -1)
+    x = images.reshape(len(images), math.prod(images.shape[1:]))
     # uint8 pixels are 0..255 (MNIST); other element types are taken as already scaled.
     x = x.astype(np.float32) / np.float32(255) if x.dtype == np.uint8 else x.astype(np.float32)
     return x, labels.astype(np.int64)
@@ -131,6 +132,9 @@ def load_idx_dir(path):
         raise FileNotFoundError(f"{path}: not a directory (expected MNIST-format IDX files in it)")
     x_train, y_train = load_idx_pair(path, "train")
     x_test, y_test = load_idx_pair(path, "test")
+    for split, x in (("train", x_train), ("test", x_test)):
+        if not len(x):
+            raise IdxError(f"{find_idx(path, SPLITS[split][0])}: no images; the {split} split needs at least one")
     if x_train.shape[1:] != x_test.shape[1:]:
         raise IdxError(f"{path}: train images have {x_train.shape[1]} values each but test images have "
                        f"{x_test.shape[1]}")

@@ -123,13 +123,29 @@ class DataLoader:
                 batch.append(_wrap(x, be))
             yield tuple(batch)
 
-    # -- any Dataset: per-sample __getitem__, stacked field by field ---------------------------------------------
+    # -- any Dataset: per-sample __getitem__, collated field by field -----------------------------------------
     def _iter_samples(self, order, bounds):
-        be = self.backend
         for lo, hi in bounds:
-            samples = [self.dataset[int(i)] for i in order[lo:hi]]
-            if isinstance(samples[0], (tuple, list)):
-                fields = zip(*samples)
-                yield tuple(_wrap(be.asarray(np.stack([np.asarray(v) for v in f])), be) for f in fields)
-            else:
-                yield _wrap(be.asarray(np.stack([np.asarray(v) for v in samples])), be)
+            yield collate([self.dataset[int(i)] for i in order[lo:hi]], self.backend)
+
+
+def collate(samples, backend):
+    """One batch from a list of samples, as torch's ``default_collate``: numbers, arrays and Tensors are stacked
+    into one Tensor (a new leading batch axis); tuples and lists become a tuple with one batch per field, dicts a
+    dict with one batch per key, recursively.  Anything else (strings, None, objects) is a TypeError: a batch is
+    never an object array."""
+    first = samples[0]
+    if isinstance(first, dict):
+        if any(not isinstance(s, dict) or s.keys() != first.keys() for s in samples):
+            raise ValueError(f"DataLoader: dict samples must all have the keys {list(first)}")
+        return {k: collate([s[k] for s in samples], backend) for k in first}
+    if isinstance(first, (tuple, list)):
+        if any(not isinstance(s, (tuple, list)) or len(s) != len(first) for s in samples):
+            raise ValueError(f"DataLoader: tuple/list samples must all have {len(first)} fields")
+        return tuple(collate(list(field), backend) for field in zip(*samples))
+    arrays = [np.asarray(v) for v in samples]
+    for v, a in zip(samples, arrays):
+        if a.dtype.kind not in "biuf":  # NOTE: str, None, sets ... would become object / string arrays
+            raise TypeError(f"DataLoader: cannot collate a sample field of type {type(v).__name__} (as an array: "
+                            f"{a.dtype}); fields must be numbers, arrays or Tensors, or tuples, lists, dicts of them")
+    return _wrap(backend.asarray(np.stack(arrays)), backend)
