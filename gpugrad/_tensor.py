@@ -66,7 +66,7 @@ class Tensor:
         return _rebuild, (type(self), self._backend.to_host(self._data), str(self.device), self._requires_grad)
 
     @staticmethod
-    def _wrap(array, node=None, backend=None):
+    def _wrap(array, backend=None):
         """A gradient array as a Tensor (no graph)."""
         return _make(array, backend or backend_of(array))
 

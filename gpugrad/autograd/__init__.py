@@ -85,5 +85,5 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             out.append(None)
         else:
             # Copy: the captured array may be shared with another path or be the caller's own grad_outputs.
-            out.append(g if create_graph else Tensor._wrap(g.copy(), None, t._backend))
+            out.append(g if create_graph else Tensor._wrap(g.copy(), t._backend))
     return tuple(out)

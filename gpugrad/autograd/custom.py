@@ -43,7 +43,7 @@ class _CustomNode(Node):
     def run_backward(self, g, create_graph):
         from gpugrad._tensor import Tensor
 
-        gt = g if create_graph else Tensor._wrap(g, None, self._be)
+        gt = g if create_graph else Tensor._wrap(g, self._be)
         with enable_grad() if create_graph else no_grad():
             gxs = self.cls.backward(self.ctx, gt)
         gxs = gxs if isinstance(gxs, tuple) else (gxs,)

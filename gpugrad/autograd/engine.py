@@ -158,7 +158,7 @@ def _run_hooks(node, g, owned, create_graph):
     from gpugrad._tensor import Tensor
 
     for hook in list(node._pre_hooks):
-        gt = g if create_graph else Tensor._wrap(g, node)
+        gt = g if create_graph else Tensor._wrap(g)
         out = hook(gt)
         if out is not None:
             if not isinstance(out, Tensor) or out.shape != gt.shape or out.dtype != gt.dtype:
@@ -177,7 +177,7 @@ def _retain_grad(node, g, create_graph):
     t = node._retain()
     if t is None:
         return
-    gt = g if create_graph else Tensor._wrap(g.copy(), node)
+    gt = g if create_graph else Tensor._wrap(g.copy())
     t._grad = gt if t._grad is None else t._grad + gt
 
 
@@ -190,7 +190,7 @@ def _accumulate_leaf(leaf, g, owned, create_graph):
     grad = leaf._grad
     if grad is None:
         # Take ownership: a fresh gradient becomes .grad as is; a shared one is copied first.
-        leaf._grad = Tensor._wrap(g if owned else g.copy(), None, leaf._backend)
+        leaf._grad = Tensor._wrap(g if owned else g.copy(), leaf._backend)
     elif grad.requires_grad:
         leaf._grad = grad + g  # .grad itself carries a graph (from create_graph): stay out of place
     else:

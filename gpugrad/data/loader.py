@@ -20,7 +20,7 @@ from gpugrad.data.dataset import TensorDataset
 PRELOAD_LIMIT = 1 << 30  # bytes: TensorDatasets up to 1 GiB are copied to the device once ("auto" preload)
 
 
-def _wrap(array, backend):
+def _wrap(array):
     """A Tensor around a freshly gathered batch array: no second copy (the array is ours alone)."""
     from gpugrad.creation import as_tensor
 
@@ -120,7 +120,7 @@ class DataLoader:
                 x = src.xp.take(a, index[src][lo:hi], axis=0)
                 if src is not be:  # host -> device (or device -> host / device -> device) copy of this batch
                     x = be.asarray(x) if be.name != "cpu" else src.to_host(x)
-                batch.append(_wrap(x, be))
+                batch.append(_wrap(x))
             yield tuple(batch)
 
     # -- any Dataset: per-sample __getitem__, collated field by field -----------------------------------------
@@ -148,4 +148,4 @@ def collate(samples, backend):
         if a.dtype.kind not in "biuf":  # NOTE: str, None, sets ... would become object / string arrays
             raise TypeError(f"DataLoader: cannot collate a sample field of type {type(v).__name__} (as an array: "
                             f"{a.dtype}); fields must be numbers, arrays or Tensors, or tuples, lists, dicts of them")
-    return _wrap(backend.asarray(np.stack(arrays)), backend)
+    return _wrap(backend.asarray(np.stack(arrays)))

@@ -300,7 +300,7 @@ class Module:
                 be = t._backend if device is None else get_backend(device)
                 t.data = _moved(t._data, be, dtype)
                 if t._grad is not None:
-                    t._grad = Tensor._wrap(_moved(t._grad._data, be, dtype), None, be)
+                    t._grad = Tensor._wrap(_moved(t._grad._data, be, dtype), be)
         return self
 
     def cuda(self, device=None):
@@ -335,7 +335,7 @@ def _zero_grad(p, set_to_none):
     if set_to_none:
         p._grad = None
     elif g._grad_fn is not None:
-        p._grad = Tensor._wrap(p._backend.xp.zeros_like(g._data), None, p._backend)  # a graph-carrying grad
+        p._grad = Tensor._wrap(p._backend.xp.zeros_like(g._data), p._backend)  # a graph-carrying grad
     else:
         g._data.fill(0)  # in place: the buffer (and any flat-buffer view) survives
         g._version_counter[0] += 1

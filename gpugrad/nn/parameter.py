@@ -38,7 +38,7 @@ class Parameter(Tensor):
         # needs this: fresh buffers, same device, dtype, requires_grad and gradient values.
         new = Parameter(self._data.copy(), self._requires_grad)
         if self._grad is not None:
-            new._grad = Tensor._wrap(self._grad._data.copy(), None, self._backend)
+            new._grad = Tensor._wrap(self._grad._data.copy(), self._backend)
         memo[id(self)] = new
         return new
 

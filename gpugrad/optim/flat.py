@@ -58,7 +58,7 @@ class FlatParams:
                 if had_grad:
                     gv[...] = p._grad._data
                 p.data = dv  # same Parameter object, new home: optimizers and modules keep their references
-                gt = p._grad = Tensor._wrap(gv, None, be)
+                gt = p._grad = Tensor._wrap(gv, be)
                 self.slots[p] = Slot(key, start, stop, dv, gt)
                 if not had_grad:
                     self._zeroed_at[p] = gt._version
