@@ -131,3 +131,21 @@ def saved_as_tensors(node):
             t._grad_fn = node
             out.append(t)
     return tuple(out)
+
+
+def output_of(node, array):
+    """``array`` (the node's output values) as a Tensor produced by ``node``: differentiating through it
+    differentiates through the node again (for VJPs written in terms of the output, like softmax's)."""
+    from gpugrad._tensor import _make
+
+    t = _make(array, node._be, requires_grad=True)
+    t._grad_fn = node
+    return t
+
+
+def input_of(node, i):
+    """The input Tensor whose buffer (or a view of it) the node saved as ``saved[i]``."""
+    ref = node._saved_refs[i]
+    if ref is None or not ref[0].startswith("in"):
+        raise RuntimeError(f"{node.name()}: saved value {i} is not one of its inputs")
+    return ref[1]

@@ -32,8 +32,15 @@ class Relu(_Pointwise):
 
 @register("gelu")
 class Gelu(_Pointwise):
-    """GELU, tanh approximation (torch's approximate='tanh').  VJP from the saved input x."""
+    """GELU, tanh approximation (torch's approximate='tanh').  VJP from the saved input x:
+    gx = gy * (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)), t = tanh(k (x + a x^3))."""
     fwd, bwd, uses = "gelu_fwd", "gelu_bwd", "x"
+
+    def backward_graph(self, xp, gy):
+        x = self.saved[0]
+        k, a = 0.7978845608028654, 0.044715  # sqrt(2 / pi); the cubic coefficient
+        t = (k * (x + a * x * x * x)).tanh()
+        return gy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * a * x * x))
 
 
 @register("sigmoid")

@@ -28,6 +28,10 @@ def _unrows(xp, y2, undo, ndim):
 class _RowOp(KernelOp):
     fwd = bwd = None
 
+    def _output(self, xp):
+        """Under create_graph: the output as a Tensor of this node (saved[0] holds its 2-D rows)."""
+        return xp.output_of(self, _unrows(self._be.xp, self.saved[0]._data, self.undo, self.ndim))
+
     def _fwd(self, impl, xp, x):
         x2, self.undo = _rows(xp, x, self.axis, self.op_name)
         self.ndim = x.ndim
@@ -45,11 +49,23 @@ class Softmax(_RowOp):
     """y = e^(x - max) / Σ e^(x - max).  VJP: gx = y * (gy - Σ gy*y)."""
     fwd, bwd = "softmax_fwd", "softmax_bwd"
 
+    def backward_graph(self, xp, gy):
+        y = self._output(xp)
+        if self.ndim == 0:
+            return gy * 0.0  # softmax of one element is 1: constant
+        return y * (gy - (gy * y).sum(axis=self.undo[0], keepdims=True))
+
 
 @register("log_softmax")
 class LogSoftmax(_RowOp):
     """y = x - logsumexp(x).  VJP: gx = gy - e^y * Σ gy."""
     fwd, bwd = "log_softmax_fwd", "log_softmax_bwd"
+
+    def backward_graph(self, xp, gy):
+        y = self._output(xp)
+        if self.ndim == 0:
+            return gy * 0.0
+        return gy - y.exp() * gy.sum(axis=self.undo[0], keepdims=True)
 
 
 @register("logsumexp")
@@ -70,3 +86,14 @@ class LogSumExp(KernelOp):
         x2, lse = self.saved
         gx2 = impl.logsumexp_bwd(xp, x2, lse, gy.reshape(-1))
         return _unrows(xp, gx2, self.undo, self.ndim)
+
+    def backward_graph(self, xp, gy):
+        x = xp.input_of(self, 0)
+        if self.ndim == 0:
+            return gy * 1.0  # logsumexp of one element is the element
+        axis = self.undo[0]
+        lse = self.saved[1]._data.reshape(self.undo[1][:-1])
+        y = xp.output_of(self, self._be.xp.expand_dims(lse, axis) if self.keepdims else lse)
+        if not self.keepdims:
+            y, gy = y.unsqueeze(axis), gy.unsqueeze(axis)
+        return gy * (x - y).exp()
