@@ -13,6 +13,8 @@ Runtime protocol: ``xp``; ``raw_kernel(family, name_expr)`` -> ``k(grid, block, 
 ``empty(shape, dtype)``, ``zeros(shape, dtype)``, ``ascontiguousarray(a)``.
 Scalar kernel arguments are passed as Python ``int`` (-> ``long long``) and ``float`` (-> ``double``), the types
 CuPy gives Python scalars, so every raw kernel declares its scalars as ``long long`` / ``double``.
+Like the references, launchers accept any layout (in-place buffers too) and float16, which the shared
+``reference.opmath`` wrapper computes in float32; the kernels themselves are float and double only.
 """
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ import contextvars
 import functools
 import math
 import pathlib
+import re
+
+from gpugrad.backend.reference import opmath_all
 
 CALLS: collections.Counter = collections.Counter()  # launcher name -> launches; proves the kernel path ran
 
@@ -34,17 +39,63 @@ def kernel_dir() -> pathlib.Path:
 
 
 # The same options go to CuPy (RawModule, ElementwiseKernel) and to the NVRTC check (testing/nvrtc_check.py).
-OPTIONS = ("-std=c++17", f"-I{kernel_dir()}")
+# No -I: source() inlines the headers, because CuPy keys its on-disk kernel cache on the source text and options
+# only, so a header reached through -I could change under a stale cached binary.
+# NOTE: CuPy appends -ftz=true to every compile (cupy/cuda/compiler.py, _compile_with_cache_cuda), so float32
+# denormal inputs and results are flushed to zero on the GPU (float64 is not affected), unlike NumPy and the CPU
+# emulator. This is deliberately not modelled: a denormal is below 2**-126 ~ 1.2e-38, so flushing one moves every
+# kernel's output by far less than the float32 parity atol (tests/test_parity.py TOL; shown in
+# tests/test_dtype_layout.py). float16 inputs never meet it: they are computed in float32, where every float16
+# (subnormals included) is a normal number.
+OPTIONS = ("-std=c++17",)
 FAMILIES = ("elementwise", "reduce", "loss", "norm", "optim")
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+_PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b")
+_GUARD = re.compile(r"\A(?:\s|//[^\n]*\n|/\*.*?\*/)*#\s*ifndef\s+(\w+)\s*\n\s*#\s*define\s+\1\b", re.S)
+
+
+def _line(n, path):
+    return '#line %d "%s"' % (n, str(path).replace("\\", "\\\\").replace('"', '\\"'))
+
+
+def _inline(path, done, stack):
+    """path's text with each local ``#include "x"`` (x found next to the including file) replaced by x's text
+    between ``#line`` directives. A header with ``#pragma once`` or an include guard goes in once (``done``);
+    ``#pragma once`` lines become blank, as the header is now part of one file."""
+    text = path.read_text()
+    if any(_PRAGMA_ONCE.match(line) for line in text.splitlines()) or _GUARD.match(text):
+        done.add(path)
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        m = _INCLUDE.match(line)
+        header = (path.parent / m.group(1)).resolve() if m else None
+        if header is None or not header.is_file():  # <system> headers and unknown files: the compiler's job
+            out.append("" if _PRAGMA_ONCE.match(line) else line)
+            continue
+        if header in done:  # already inlined (or a guarded cycle): the preprocessor would expand nothing here
+            out.append("")
+            continue
+        if header in stack:
+            raise ValueError(f"{path}:{n}: {header.name} includes itself (through {[p.name for p in stack]})")
+        out += [_line(1, header), _inline(header, done, stack + (header,)), _line(n + 1, path)]
+    return "\n".join(out)
+
+
+def inline_source(path) -> str:
+    """The text of a .cu file with its local headers inlined (recursively, each once) and ``#line`` directives,
+    so compiler errors still name the right file and line, and the text changes whenever a header does."""
+    path = pathlib.Path(path).resolve()
+    return _line(1, path) + "\n" + _inline(path, set(), (path,)) + "\n"
 
 
 @functools.cache
 def source(family: str) -> str:
-    """The text of ``kernels/<family>.cu``, with a ``#line`` so compiler errors point at the .cu file."""
+    """``kernels/<family>.cu`` with its headers inlined (:func:`inline_source`): what CuPy, the NVRTC check and
+    the emulator compile."""
     if family not in FAMILIES:
         raise ValueError(f"unknown kernel family {family!r}; expected one of {FAMILIES}")
-    path = kernel_dir() / f"{family}.cu"
-    return f'#line 1 "{path}"\n' + path.read_text()
+    return inline_source(kernel_dir() / f"{family}.cu")
 
 
 CTYPES = {"float32": "float", "float64": "double"}
@@ -120,9 +171,9 @@ class CupyRuntime:
     their binaries per device and dtype itself)."""
 
     def __init__(self):
-        import cupy  # lazy: only a CUDA launch gets here
+        from gpugrad.backend.cuda import cupy_module  # lazy: only a CUDA launch gets here
 
-        self.cupy = self.xp = cupy
+        self.cupy = self.xp = cupy_module()  # CuPy, or the simulated device under GPUGRAD_CUDA_SIM
         self._modules, self._functions, self._elementwise = {}, {}, {}
 
     def raw_kernel(self, family, name_expr):
@@ -184,10 +235,12 @@ def _describe(arrays):
 
 
 def _check_float(name, *arrays):
-    """All float32 or all float64 (one dtype); returns the C type name."""
+    """All float32 or all float64 (one dtype; float16 arrives here as float32, see reference.opmath); returns the
+    C type name."""
     dt = arrays[0].dtype
     if dt.name not in CTYPES or any(a.dtype != dt for a in arrays):
-        raise TypeError(f"{name}: expected float32 or float64 arrays of one dtype, got {_describe(arrays)}")
+        raise TypeError(f"{name}: expected float arrays of one dtype (float16, float32 or float64), "
+                        f"got {_describe(arrays)}")
     return CTYPES[dt.name]
 
 
@@ -526,16 +579,23 @@ _OPTIM_BLOCK, _OPTIM_MAX_GRID = 256, 4096
 
 
 def _optim_in(name, p, g, *state):
-    """p and the state are updated in place, so they must already be C-contiguous; g may be any layout."""
+    """(runtime, C type, contiguous g, grid, work buffers). The kernels update p and the state in place and need
+    them C-contiguous: a non-contiguous one (a transposed or strided parameter view) is updated in a contiguous
+    copy that :func:`_write_back` copies into it, so it works as on the CPU and the caller's array keeps its
+    identity and memory. g may be any layout."""
     ctype = _check_float(name, p, g, *state)
     _check_shapes(name, p.shape, g, *state)
-    for a in (p, *state):
-        if not a.flags.c_contiguous:
-            raise ValueError(f"{name}: in-place buffers must be C-contiguous, got strides {a.strides} for {a.shape}")
     rt = runtime()
     CALLS[name] += 1
     grid = (max(1, min(-(-p.size // _OPTIM_BLOCK), _OPTIM_MAX_GRID)),)
-    return rt, ctype, rt.ascontiguousarray(g), grid
+    work = [a if a.flags.c_contiguous else rt.ascontiguousarray(a) for a in (p, *state)]
+    return rt, ctype, rt.ascontiguousarray(g), grid, work
+
+
+def _write_back(buffers, work):
+    for a, w in zip(buffers, work):
+        if w is not a:
+            a[...] = w
 
 
 def sgd_update_(xp, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
@@ -543,11 +603,14 @@ def sgd_update_(xp, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, 
     name = "sgd_update_"
     if momentum != 0 and buf is None:
         raise ValueError(f"{name}: momentum={momentum} needs a momentum buffer")
-    rt, ctype, g, grid = _optim_in(name, p, g, *(() if buf is None else (buf,)))
+    state = () if buf is None else (buf,)
+    rt, ctype, g, grid, work = _optim_in(name, p, g, *state)
+    wp, wbuf = work[0], (work[1] if state else work[0])
     if p.size:
         rt.raw_kernel("optim", _expr(name, ctype))(
-            grid, (_OPTIM_BLOCK,), (p, g, p if buf is None else buf, p.size, float(lr), float(momentum),
-                                    float(dampening), float(weight_decay), int(bool(nesterov)), int(bool(first_step))))
+            grid, (_OPTIM_BLOCK,), (wp, g, wbuf, p.size, float(lr), float(momentum), float(dampening),
+                                    float(weight_decay), int(bool(nesterov)), int(bool(first_step))))
+    _write_back((p, *state), work)
 
 
 def adam_update_(xp, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, decoupled):
@@ -555,10 +618,14 @@ def adam_update_(xp, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, deco
     name = "adam_update_"
     if int(step) < 1:
         raise ValueError(f"{name}: step counts from 1 (the value after increment), got {step}")
-    rt, ctype, g, grid = _optim_in(name, p, g, m, v)
+    rt, ctype, g, grid, (wp, wm, wv) = _optim_in(name, p, g, m, v)
     bc1, bc2 = 1.0 - float(beta1) ** int(step), 1.0 - float(beta2) ** int(step)
     if p.size:
         rt.raw_kernel("optim", _expr(name, ctype))(
-            grid, (_OPTIM_BLOCK,), (p, g, m, v, p.size, float(beta1), float(beta2), float(eps), float(weight_decay),
+            grid, (_OPTIM_BLOCK,), (wp, g, wm, wv, p.size, float(beta1), float(beta2), float(eps), float(weight_decay),
                                     1.0 - float(lr) * float(weight_decay), int(bool(decoupled)), float(lr) / bc1,
                                     bc2 ** 0.5))
+    _write_back((p, m, v), (wp, wm, wv))
+
+
+opmath_all(globals())  # float16 in float32, exactly as the references (reference.opmath)

@@ -9,7 +9,9 @@ from gpugrad.backend import reference as R
 class KernelOp(Op):
     """An op written once as ``_fwd(impl, xp, *inputs)`` and ``_bwd(impl, xp, gy)``, where ``impl`` is the
     module of kernel functions for the inputs' device: the NumPy references on the CPU, the CUDA launchers on
-    CUDA (same names and signatures), so the CPU backend runs exactly what the kernels are tested against."""
+    CUDA (same names and signatures), so the CPU backend runs exactly what the kernels are tested against.
+    Both implementations take float16 the same way (``reference.opmath``: float32 math, float16 results and
+    gradients, float32 statistics saved for backward), so no op handles dtypes itself."""
 
     def forward(self, xp, *inputs):
         return self._fwd(R, xp, *inputs)

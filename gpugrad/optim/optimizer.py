@@ -11,6 +11,7 @@ import numpy as np
 
 from gpugrad.autograd.grad_mode import enable_grad, no_grad
 from gpugrad.backend import backend_of
+from gpugrad.backend.reference import float16_params_error
 from gpugrad.optim.flat import flatten_parameters
 from gpugrad._tensor import Tensor
 
@@ -85,6 +86,7 @@ class Optimizer:
                 raise ValueError("can't optimize a non-leaf Tensor")
             if p.dtype.kind != "f":
                 raise TypeError(f"optimizer can only optimize floating-point Tensors, got {p.dtype}")
+            self._check_float16(p)
         if len(set(params)) != len(params):
             raise ValueError("optimizer contains a parameter group with duplicate parameters")
         taken = {p for g in self.param_groups for p in g["params"]}
@@ -132,7 +134,14 @@ class Optimizer:
                         self._step_param(p, group)
         return loss
 
+    def _check_float16(self, p):
+        # NOTE: refused on every device, here and in sgd_update_/adam_update_ (see reference._UPDATES for why);
+        # checked again at each step because Module.to(dtype) may cast a parameter after the optimizer was built.
+        if p.dtype == np.float16:
+            raise float16_params_error(type(self).__name__, p.shape, p.dtype)
+
     def _step_param(self, p, group):
+        self._check_float16(p)
         st = self.state.setdefault(p, {})
         sig = self._signature(st)
         self._init_state(p, st, group)
@@ -179,7 +188,7 @@ class Optimizer:
     def _zeros(self, p, name):
         """A zero state array shaped like p: a view into the flat state buffer in flat mode."""
         if self.flat is None or p not in self.flat.slots:
-            return p._backend.xp.zeros(p.shape, dtype=p.dtype)  # C-contiguous, as the fused kernels require
+            return p._backend.xp.zeros(p.shape, dtype=p.dtype)  # C-contiguous: the fused kernels update it in place
         slot = self.flat.slots[p]
         fs = self._flat_state.get((name, slot.key))
         if fs is None:

@@ -1,8 +1,9 @@
 """Compile every kernel family with NVRTC for a real GPU architecture, without a GPU, and report resources.
 
-Each ``kernels/<family>.cu`` is compiled exactly as the CuPy launchers compile it: ``kernels.source(family)``,
-``kernels.OPTIONS`` and every name expression in ``kernels.NAME_EXPRESSIONS``, plus ``-arch=sm_90 -Xptxas -v`` so
-NVRTC emits a CUBIN and ptxas prints per-kernel registers, shared memory, spills and stack (local memory).
+Each ``kernels/<family>.cu`` is compiled exactly as the CuPy launchers compile it: ``kernels.source(family)`` (the
+.cu text with its headers inlined, so no -I), ``kernels.OPTIONS``, the ``-ftz=true`` that CuPy appends, and every
+name expression in ``kernels.NAME_EXPRESSIONS``, plus ``-arch=sm_90 -Xptxas -v`` so NVRTC emits a CUBIN and ptxas
+prints per-kernel registers, shared memory, spills and stack (local memory).
 The ElementwiseKernel operations have no kernel of their own until CuPy generates one, so the elementwise family
 also gets one wrapper ``__global__`` per ``kernels.ELEMENTWISE`` entry and dtype, built from the same strings;
 when CuPy is installed, that family is compiled once more behind CuPy's headers and typedefs, as CuPy does.
@@ -22,6 +23,7 @@ import sys
 from gpugrad.backend import kernels
 
 ARCH = "sm_90"
+CUPY_OPTIONS = ("-ftz=true",)  # what cupy.cuda.compiler._compile_with_cache_cuda appends to every compile
 _C_TYPES = {"bool": "bool", "int64": "long long", "int32": "int", "float32": "float", "float64": "double"}
 
 
@@ -159,7 +161,7 @@ def compile_family(family, src, names, arch=ARCH, options=None):
     try:
         for n in names:
             _check_call(nvrtc, nvrtc.nvrtcAddNameExpression(prog, n.encode()), f"nvrtcAddNameExpression({n})")
-        opts = [o.encode() for o in (*(options or kernels.OPTIONS), f"-arch={arch}", "-Xptxas", "-v")]
+        opts = [o.encode() for o in (*(options or kernels.OPTIONS), *CUPY_OPTIONS, f"-arch={arch}", "-Xptxas", "-v")]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         (size,) = _check_call(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
         buf = b" " * size
@@ -200,7 +202,7 @@ def format_table(results, arch=ARCH):
             rows.append((f"{k.family}:{k.name}", str(k.registers), str(k.smem), str(max(k.stack, k.lmem)),
                          f"{k.spill_stores}/{k.spill_loads}", "; ".join(k.problems) or "ok"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [f"NVRTC resource usage for {arch} (options {' '.join(kernels.OPTIONS)})"]
+    lines = [f"NVRTC resource usage for {arch} (options {' '.join(kernels.OPTIONS + CUPY_OPTIONS)})"]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     return "\n".join(lines)
 
