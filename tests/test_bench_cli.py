@@ -82,21 +82,35 @@ def test_plot_without_matplotlib_fails_before_measuring(monkeypatch, tmp_path, c
         raise plot.PlotUnavailable(f"--plot needs matplotlib, which is not installed: {plot.INSTALL_HINT}")
 
     monkeypatch.setattr(plot, "require_matplotlib", missing)
-    monkeypatch.setattr(suites, "run_device", lambda *a, **k: pytest.fail("measured despite the missing plot"))
+    _no_measuring(monkeypatch, "the missing plot")
     assert cli_main(["bench", "--device", "cpu", "--plot", str(tmp_path / "x.png")]) != 0
     assert "matplotlib" in capsys.readouterr().err
 
 
-def _fake_measurements(monkeypatch):
-    """Make `gpugrad bench --device cpu` instant: one kernel and one matmul row, a fixed environment."""
+def _fake_measurements(monkeypatch, fail=None):
+    """Make `gpugrad bench --device cpu` instant: one kernel and one matmul row, a fixed environment.  ``fail`` =
+    (section, exception): that section (suites.run_kernels, run_matmuls, run_mlp or run_engine) raises it."""
     from gpugrad.bench import report
 
-    env = {"cpu": {"model": "test CPU", "usable_cores": 2}}
-    result = {"device": "cpu", "kernels": [{"name": "relu_fwd", "fraction_of_peak": 0.5}],
-              "matmul": {"cases": [{"name": "mlp_fwd", "fraction_of_peak": 0.9}]}}
-    monkeypatch.setattr(report, "environment", lambda: env)
+    sections = {"run_kernels": lambda *a, **k: ([{"name": "relu_fwd", "fraction_of_peak": 0.5}], {"gbs": 1.0}),
+                "run_matmuls": lambda *a, **k: {"cases": [{"name": "mlp_fwd", "fraction_of_peak": 0.9}]},
+                "run_mlp": lambda *a, **k: [{"batch": 512}],
+                "run_engine": lambda *a, **k: {"n_ops": 200}}
+    if fail:
+        def raise_(*a, **k):
+            raise fail[1]
+
+        sections[fail[0]] = raise_
+    for name, fn in {**sections, "Inputs": lambda *a, **k: None, "peak_copy": lambda *a: None}.items():
+        monkeypatch.setattr(suites, name, fn)
+    monkeypatch.setattr(report, "environment", lambda: {"cpu": {"model": "test CPU", "usable_cores": 2}})
     monkeypatch.setattr(report, "format_device", lambda r, e: "(table)")
-    monkeypatch.setattr(suites, "run_device", lambda *a, **k: result)
+
+
+def _no_measuring(monkeypatch, why):
+    from gpugrad.cli import bench
+
+    monkeypatch.setattr(bench, "_run_device", lambda *a, **k: pytest.fail(f"measured despite {why}"))
 
 
 def test_outputs_go_into_created_directories_and_through_symlinks(monkeypatch, tmp_path, capsys):
@@ -104,7 +118,8 @@ def test_outputs_go_into_created_directories_and_through_symlinks(monkeypatch, t
     (tmp_path / "b.json").symlink_to(tmp_path / "real" / "b.json")
     argv = ["bench", "--device", "cpu", "--no-progress", "--json"]
     assert cli_main([*argv, str(tmp_path / "nodir" / "x" / "b.json")]) == 0
-    assert json.loads((tmp_path / "nodir" / "x" / "b.json").read_text())["devices"]["cpu"]["device"] == "cpu"
+    res = json.loads((tmp_path / "nodir" / "x" / "b.json").read_text())
+    assert res["devices"]["cpu"]["device"] == "cpu" and res["complete"] is True and "stopped" not in res
     assert cli_main([*argv, str(tmp_path / "b.json")]) == 0
     assert (tmp_path / "b.json").is_symlink()
     assert json.loads((tmp_path / "real" / "b.json").read_text())["quick"] is False
@@ -114,8 +129,48 @@ def test_outputs_go_into_created_directories_and_through_symlinks(monkeypatch, t
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("section, exc, kept", [
+    ("run_kernels", KeyboardInterrupt(), []),
+    ("run_mlp", KeyboardInterrupt(), ["kernels", "matmul"]),  # what `timeout -s INT` (scripts/gpu-check.sh) sends
+    ("run_engine", RuntimeError("cudaErrorLaunchFailure"), ["kernels", "matmul", "mlp"]),
+])
+def test_finished_sections_stay_on_disk_when_a_later_one_is_cut_short(monkeypatch, tmp_path, section, exc, kept):
+    _fake_measurements(monkeypatch, fail=(section, exc))
+    path = tmp_path / "b.json"
+    with pytest.raises(type(exc)):
+        cli_main(["bench", "--device", "cpu", "--no-progress", "--json", str(path)])
+    res = json.loads(path.read_text())
+    assert res["complete"] is False and res["environment"]["cpu"]["model"] == "test CPU"
+    assert res["stopped"] == (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    cpu = res["devices"]["cpu"]
+    assert cpu["device"] == "cpu" and [s for s in ("kernels", "matmul", "mlp", "engine") if s in cpu] == kept
+    if kept:
+        assert cpu["kernels"] == [{"name": "relu_fwd", "fraction_of_peak": 0.5}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]  # no temporary file left behind
+
+
+def test_sections_choose_what_is_measured_shown_and_written(tmp_path, capsys):
+    path = tmp_path / "b.json"
+    argv = ["--quick", "--device", "cpu", "--no-progress", "--sizes", "64x128", "--sections", "engine, kernels"]
+    assert cli_main(["bench", *argv, "--json", str(path)]) == 0
+    res = json.loads(path.read_text())
+    assert res["sections"] == ["kernels", "engine"] and res["complete"] is True
+    cpu = res["devices"]["cpu"]
+    assert {"kernels", "peak_bandwidth", "engine"} <= set(cpu) and not {"matmul", "mlp"} & set(cpu)
+    out = capsys.readouterr().out
+    assert "peak bandwidth" in out and "engine overhead" in out and "matmul" not in out and "MLP" not in out
+
+
+@pytest.mark.parametrize("bad", ["", "kernels,gemm", ","])
+def test_unknown_sections_are_rejected(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_main(["bench", "--sections", bad])
+    assert e.value.code == 2 and "expected a comma-separated subset of kernels,matmul,mlp,engine" in \
+        capsys.readouterr().err
+
+
 def test_bad_output_paths_fail_before_measuring(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(suites, "run_device", lambda *a, **k: pytest.fail("measured despite a bad output path"))
+    _no_measuring(monkeypatch, "a bad output path")
     (tmp_path / "file").write_text("x")
     cases = [(["--json", str(tmp_path)], "--json .* is a directory"),
              (["--json", str(tmp_path / "file" / "b.json")], "--json .*: cannot create its directory")]

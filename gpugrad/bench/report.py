@@ -116,11 +116,19 @@ def _spread(r):
 
 
 def format_device(result, env):
-    """The tables of one device's results."""
+    """The tables of one device's results (of the sections it has: ``gpugrad bench --sections`` may skip some)."""
     d = result["device"]
-    pk = result["peak_bandwidth"]
-    out = [f"== {d}: {device_name(d, env)} ==",
-           f"peak bandwidth: {pk['gbs']:.1f} GB/s (copy of {fmt_bytes(pk['copy_bytes'])}, IQR {_spread(pk)})",
+    out = [f"== {d}: {device_name(d, env)} =="]
+    for section, lines in (("kernels", _format_kernels), ("matmul", _format_matmul), ("mlp", _format_mlp),
+                           ("engine", _format_engine)):
+        if section in result:
+            out += lines(result)
+    return "\n".join(out)
+
+
+def _format_kernels(result):
+    d, pk = result["device"], result["peak_bandwidth"]
+    out = [f"peak bandwidth: {pk['gbs']:.1f} GB/s (copy of {fmt_bytes(pk['copy_bytes'])}, IQR {_spread(pk)})",
            f"kernels ({'NumPy references' if d == 'cpu' else 'CUDA kernels'}), "
            f"{'x'.join(map(str, result['config']['shape']))} {result['kernels'][0]['dtype']}:"]
     out.append(_table(["kernel", "family", "bytes", "time", "IQR", "GB/s", "of peak"],
@@ -129,11 +137,19 @@ def format_device(result, env):
                       "<<>>>>>"))
     if d == "cpu":
         out.append("(in-place and read-mostly kernels can pass 1: a CPU copy's writes also cost a read-for-ownership)")
+    return out
+
+
+def _format_matmul(result):
     mm = result["matmul"]
-    out.append(f"\nmatmul (xp.matmul, float32); peak {mm['peak']['gflops']:.1f} GFLOP/s at {mm['peak']['name']}:")
-    out.append(_table(["matmul", "m x n x k", "time", "GFLOP/s", "of peak"],
-                      [[r["name"], f"{r['m']}x{r['n']}x{r['k']}", fmt_time(r["median_s"]), f"{r['gflops']:.1f}",
-                        f"{r['fraction_of_peak']:.2f}"] for r in mm["cases"]], "<>>>>"))
+    return [f"\nmatmul (xp.matmul, float32); peak {mm['peak']['gflops']:.1f} GFLOP/s at {mm['peak']['name']}:",
+            _table(["matmul", "m x n x k", "time", "GFLOP/s", "of peak"],
+                   [[r["name"], f"{r['m']}x{r['n']}x{r['k']}", fmt_time(r["median_s"]), f"{r['gflops']:.1f}",
+                     f"{r['fraction_of_peak']:.2f}"] for r in mm["cases"]], "<>>>>")]
+
+
+def _format_mlp(result):
+    d, out = result["device"], []
     out.append(f"\nMLP {'-'.join(map(str, result['mlp'][0]['sizes']))} ReLU, cross-entropy, SGD step, float32 "
                f"(baseline: hand-written {'NumPy' if d == 'cpu' else 'CuPy'}):")
     rows = []
@@ -144,6 +160,10 @@ def format_device(result, env):
         rows += [[e["batch"], impl, "-", "-", "", "n/a"] for impl in e["unavailable"]]
     out.append(_table(["batch", "impl", "samples/s", "step", "IQR", "time vs baseline"], rows, "><>>>>"))
     out += sorted({f"{impl}: {why}" for e in result["mlp"] for impl, why in e["unavailable"].items()})
+    return out
+
+
+def _format_engine(result):
     en = result["engine"]
     us = en["us_per_op"]
     line = f"\nengine overhead (tiny multiply, forward + backward, chain of {en['n_ops']}): " + ", ".join(
@@ -151,8 +171,7 @@ def format_device(result, env):
     if en["gpugrad_vs_torch"] is not None:
         line += f"; gpugrad/torch {en['gpugrad_vs_torch']:.2f}x"
     line += "".join(f"; {impl}: {why}" for impl, why in en["unavailable"].items())
-    out.append(line)
-    return "\n".join(out)
+    return [line]
 
 
 def write_json(results, path):
@@ -170,6 +189,10 @@ def _json_default(o):
 
 
 # ---- plot ------------------------------------------------------------------------------------------------------------
+def _matmul_cases(result):
+    return result["matmul"]["cases"] if "matmul" in result else []
+
+
 def plot_fractions(results, path):
     """Horizontal bars: the fraction of measured peak per kernel (bandwidth) and matmul (GFLOP/s), one colour per
     device, written atomically like every output.  Raises gpugrad.cli.plot.PlotUnavailable when matplotlib is
@@ -181,15 +204,15 @@ def plot_fractions(results, path):
     names = []
     for d in devices:
         r = results["devices"][d]
-        for name in [k["name"] for k in r["kernels"]] + [m["name"] for m in r["matmul"]["cases"]]:
+        for name in [k["name"] for k in r.get("kernels", [])] + [m["name"] for m in _matmul_cases(r)]:
             if name not in names:
                 names.append(name)
     fig, ax = plt.subplots(figsize=(9, 0.28 * len(names) * max(1, len(devices)) + 1.5), constrained_layout=True)
     height = 0.8 / max(1, len(devices))
     for j, d in enumerate(devices):
         r = results["devices"][d]
-        frac = {k["name"]: k["fraction_of_peak"] for k in r["kernels"]}
-        frac.update({m["name"]: m["fraction_of_peak"] for m in r["matmul"]["cases"]})
+        frac = {k["name"]: k["fraction_of_peak"] for k in r.get("kernels", [])}
+        frac.update({m["name"]: m["fraction_of_peak"] for m in _matmul_cases(r)})
         ys = [i + j * height for i, n in enumerate(names) if n in frac]
         ax.barh(ys, [frac[n] for n in names if n in frac], height=height,
                 label=f"{d} ({device_name(d, results['environment'])})")

@@ -5,13 +5,20 @@ baseline, PyTorch when installed), so the ratios hold on a shared, noisy machine
 
     gpugrad bench --quick                       # all available devices, small sizes (< 30 s on 2 CPU cores)
     gpugrad bench --device cuda --json out.json --plot out.png
+    gpugrad bench --quick --sections kernels,engine     # only those sections (a faster smoke run)
+
+The --json file is rewritten after every finished section (kernels, matmul, MLP, engine) of every device, with
+``"complete": false`` until the end, so a run cut short (a timeout's SIGINT, an error) keeps what it measured.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import sys
 
 DEVICES = ("cpu", "cuda", "all")
+SECTIONS = ("kernels", "matmul", "mlp", "engine")  # in the order they run
 
 
 def _shape(text):
@@ -34,6 +41,13 @@ def _positive_int(text):
     return value
 
 
+def _sections(text):
+    names = {s.strip() for s in text.split(",")} - {""}
+    if not names or not names <= set(SECTIONS):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(SECTIONS)}, got {text!r}")
+    return tuple(s for s in SECTIONS if s in names)
+
+
 def add_arguments(parser):
     parser.description = ("Kernel bandwidth, matmul GFLOP/s, MLP training throughput and engine overhead per device, "
                           "each next to a reference measured in the same run.")
@@ -42,6 +56,8 @@ def add_arguments(parser):
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke run)")
     parser.add_argument("--sizes", type=_shape, metavar="ROWSxCOLS",
                         help="shape of the kernel inputs (default: per device, see gpugrad.bench.suites.config_for)")
+    parser.add_argument("--sections", type=_sections, default=SECTIONS, metavar="LIST",
+                        help=f"comma-separated subset of {','.join(SECTIONS)} to run (default: all)")
     parser.add_argument("--json", metavar="PATH", help="write every figure and the environment as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="bar chart of fractions of peak (needs matplotlib)")
     parser.add_argument("--torch-threads", type=_positive_int, metavar="N",
@@ -89,6 +105,28 @@ def _check_outputs(args):
         check_plot_path(args.plot, "--plot")
 
 
+def _run_device(device, config, sections, tick, result, save):
+    """suites.run_device, a section at a time: fills ``result`` with the chosen ``sections`` and calls ``save()``
+    after each (which run_device, returning only at the end, cannot do)."""
+    from gpugrad.bench import suites
+
+    be = suites.get_backend(device)
+    timer = suites.timer_for(be, repeats=config.repeats, min_sample_s=config.min_sample_s)
+    run = {  # each section's inputs live only while it runs: the kernels' are freed before the MLP allocates
+        "kernels": lambda: dict(zip(("kernels", "peak_bandwidth"), suites.run_kernels(
+            suites.Inputs(be, *config.shape), timer, suites.peak_copy(be, config.copy_bytes), tick=tick))),
+        "matmul": lambda: {"matmul": suites.run_matmuls(suites.Inputs(be, 1, 1, seed=2), timer,
+                                                        config.matmul_peak_n, config.batches, tick=tick)},
+        "mlp": lambda: {"mlp": suites.run_mlp(be, timer, config.batches, config.mlp_repeats, tick=tick)},
+        "engine": lambda: {"engine": suites.run_engine(be, timer, config.tiny_ops, tick=tick)},
+    }
+    result.update(device=device, config={**dataclasses.asdict(config), "copy_bytes": config.copy_bytes})
+    for section in sections:
+        result.update(run[section]())
+        save()
+    return result
+
+
 def run(args) -> int:
     from gpugrad.bench import report, suites
     from gpugrad.cli.plot import PlotUnavailable
@@ -104,16 +142,30 @@ def run(args) -> int:
         if th is not None:
             th.set_num_threads(args.torch_threads)
     env = report.environment()
-    results = {"environment": env, "quick": bool(args.quick), "devices": {}, "skipped": skipped}
-    for device in devices:
-        config = suites.config_for(device, quick=args.quick, shape=args.sizes)
-        tick, close = _progress(config.steps, not args.no_progress)
-        try:
-            results["devices"][device] = suites.run_device(device, config, tick=tick)
-        finally:
-            close()
-        print(report.format_device(results["devices"][device], env), flush=True)
-        print(flush=True)
+    results = {"environment": env, "quick": bool(args.quick), "sections": list(args.sections), "complete": False,
+               "devices": {}, "skipped": skipped}
+
+    def save():
+        if args.json:  # NOTE: a failure here is not fatal: the final write below retries and reports it
+            with contextlib.suppress(OSError):
+                report.write_json(results, args.json)
+
+    save()  # the environment at once: a run cut short in its first section still says where it ran
+    try:
+        for device in devices:
+            config = suites.config_for(device, quick=args.quick, shape=args.sizes)
+            tick, close = _progress(config.steps, not args.no_progress)
+            try:
+                _run_device(device, config, args.sections, tick, results["devices"].setdefault(device, {}), save)
+            finally:
+                close()
+            print(report.format_device(results["devices"][device], env), flush=True)
+            print(flush=True)
+    except BaseException as e:  # Ctrl-C, a timeout's SIGINT or a failing section: keep what finished, say why
+        results["stopped"] = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        save()
+        raise
+    results["complete"] = True
     for device, reason in skipped.items():
         print(f"== {device}: skipped: {reason} ==", flush=True)
     code = 0
