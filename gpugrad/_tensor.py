@@ -31,6 +31,20 @@ def _make(data, backend, requires_grad=False):
     return t
 
 
+def _on_own_device(method):
+    """Run a method that calls ``xp`` directly (not through an op) on its tensor's device: CuPy launches on the
+    current device, and ops already switch in ``Op.apply``."""
+    def wrapped(self, *args, **kwargs):
+        scope = self._backend.device_scope
+        if scope is None:
+            return method(self, *args, **kwargs)
+        with scope:
+            return method(self, *args, **kwargs)
+
+    wrapped.__name__, wrapped.__doc__ = method.__name__, method.__doc__
+    return wrapped
+
+
 class Tensor:
     """An n-dimensional array on a device that can record the ops applied to it.
 
@@ -351,6 +365,7 @@ class Tensor:
     clip = clamp
 
     # -- comparisons: results carry no gradient ---------------------------------------------------------------------
+    @_on_own_device
     def _compare(self, o, fn):
         o = self._other(o)
         od = o._data if isinstance(o, Tensor) else o
@@ -364,15 +379,18 @@ class Tensor:
     def __ge__(self, o): return self._compare(o, lambda a, b: a >= b)
     eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
 
+    @_on_own_device
     def __invert__(self):
         return _make(~self._data, self._backend)
 
     def __and__(self, o): return self._compare(o, lambda a, b: a & b)
     def __or__(self, o): return self._compare(o, lambda a, b: a | b)
 
+    @_on_own_device
     def argmax(self, axis=None, keepdims=False):
         return _make(self._backend.xp.argmax(self._data, axis=axis, keepdims=keepdims), self._backend)
 
+    @_on_own_device
     def argmin(self, axis=None, keepdims=False):
         return _make(self._backend.xp.argmin(self._data, axis=axis, keepdims=keepdims), self._backend)
 
@@ -478,6 +496,7 @@ class Tensor:
     def take_along_axis(self, index, axis):
         return self.gather(axis, index)
 
+    @_on_own_device
     def masked_fill(self, mask, value):
         mask = _index_array(mask, self, "masked_fill")
         return Where.apply(self._other(value) if isinstance(value, Tensor) else
@@ -500,6 +519,7 @@ class Tensor:
                                "wrap it in `with gpugrad.no_grad():` (e.g. for a parameter update)")
         return recording
 
+    @_on_own_device
     def _inplace(self, op, result_fn, other=None):
         if self._check_inplace(op, other):
             if self._base is not None and self._base_fn is not self._base._grad_fn:
@@ -542,6 +562,7 @@ class Tensor:
     def zero_(self):
         return self.fill_(0)
 
+    @_on_own_device
     def fill_(self, value):
         if self._check_inplace("fill_"):
             # Recorded as "everything replaced by a constant": no gradient flows to the old values.
@@ -638,6 +659,7 @@ def _index_key(key, like):
     return out if isinstance(key, tuple) else out[0]
 
 
+@_on_own_device
 def _index_put(t, key, value):
     """Out-of-place ``t[key] = value`` as differentiable ops: keep t where not indexed, value where indexed."""
     xp = t._backend.xp

@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 
-from gpugrad.backend import backend_of, get_backend
+from gpugrad.backend import backend_of, get_backend, is_array, on
 from gpugrad.random import generator
 
 DEFAULT_FLOAT = np.dtype(np.float32)
@@ -22,9 +22,10 @@ def _to_array(data, dtype=None, device=None):
     dtype = _dtype(dtype)
     if isinstance(data, Tensor):
         data = data._data
-    if isinstance(data, np.ndarray) or type(data).__module__.startswith("cupy"):
+    if is_array(data):
         src = backend_of(data)
-        be = src if device is None else get_backend(device)
+        # Host data goes to the default device, as lists do; device arrays (and tensors) stay where they are.
+        be = src if device is None and src.name != "cpu" else get_backend(device)
         if be is not src:
             data = src.to_host(data) if be.name == "cpu" else be.asarray(data)
         array = be.xp.array(data, dtype=dtype, copy=True) if be.name == "cpu" else be.asarray(data, dtype).copy()
@@ -64,7 +65,7 @@ def as_tensor(data, dtype=None, device=None):
 
     if isinstance(data, Tensor):
         return data.to(device=device, dtype=dtype) if (device or dtype) else data
-    if isinstance(data, np.ndarray) or type(data).__module__.startswith("cupy"):
+    if is_array(data):
         src = backend_of(data)
         if (device is None or get_backend(device) is src) and (dtype is None or np.dtype(dtype) == data.dtype):
             return _make(data, src)
@@ -83,20 +84,21 @@ def _new(fill, shape, dtype, device, requires_grad):
 
     shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
     be = get_backend(device)
-    t = _make(fill(be.xp, shape, _dtype(dtype) or DEFAULT_FLOAT), be)
+    with on(be):
+        t = _make(fill(be, shape, _dtype(dtype) or DEFAULT_FLOAT), be)
     return t.requires_grad_() if requires_grad else t
 
 
 def zeros(*shape, dtype=None, device=None, requires_grad=False):
-    return _new(lambda xp, s, d: xp.zeros(s, dtype=d), shape, dtype, device, requires_grad)
+    return _new(lambda be, s, d: be.xp.zeros(s, dtype=d), shape, dtype, device, requires_grad)
 
 
 def ones(*shape, dtype=None, device=None, requires_grad=False):
-    return _new(lambda xp, s, d: xp.ones(s, dtype=d), shape, dtype, device, requires_grad)
+    return _new(lambda be, s, d: be.xp.ones(s, dtype=d), shape, dtype, device, requires_grad)
 
 
 def empty(*shape, dtype=None, device=None, requires_grad=False):
-    return _new(lambda xp, s, d: xp.empty(s, dtype=d), shape, dtype, device, requires_grad)
+    return _new(lambda be, s, d: be.xp.empty(s, dtype=d), shape, dtype, device, requires_grad)
 
 
 def full(shape, fill_value, dtype=None, device=None, requires_grad=False):
@@ -104,7 +106,7 @@ def full(shape, fill_value, dtype=None, device=None, requires_grad=False):
         dtype = np.bool_
     elif dtype is None and isinstance(fill_value, numbers.Integral):
         dtype = np.int64
-    return _new(lambda xp, s, d: xp.full(s, fill_value, dtype=d), (shape,), dtype, device, requires_grad)
+    return _new(lambda be, s, d: be.xp.full(s, fill_value, dtype=d), (shape,), dtype, device, requires_grad)
 
 
 def zeros_like(t, dtype=None, device=None, requires_grad=False):
@@ -124,20 +126,20 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         start, end = 0, start
     is_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
     dtype = _dtype(dtype) or (np.dtype(np.int64) if is_int else DEFAULT_FLOAT)
-    return _new(lambda xp, s, d: xp.arange(start, end, step, dtype=d), ((),), dtype, device, requires_grad)
+    return _new(lambda be, s, d: be.xp.arange(start, end, step, dtype=d), ((),), dtype, device, requires_grad)
 
 
 def rand(*shape, dtype=None, device=None, requires_grad=False):
     """Uniform [0, 1) samples from the device's generator (seeded by ``gpugrad.manual_seed``)."""
-    return _new(lambda xp, s, d: generator(xp).random(s, dtype=d), shape, dtype, device, requires_grad)
+    return _new(lambda be, s, d: generator(be).random(s, dtype=d), shape, dtype, device, requires_grad)
 
 
 def randn(*shape, dtype=None, device=None, requires_grad=False):
     """Standard normal samples from the device's generator."""
-    return _new(lambda xp, s, d: generator(xp).standard_normal(s, dtype=d), shape, dtype, device, requires_grad)
+    return _new(lambda be, s, d: generator(be).standard_normal(s, dtype=d), shape, dtype, device, requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=np.int64, device=None):
     if high is None:
         low, high = 0, low
-    return _new(lambda xp, s, d: generator(xp).integers(low, high, size=s).astype(d), (size,), dtype, device, False)
+    return _new(lambda be, s, d: generator(be).integers(low, high, size=s).astype(d), (size,), dtype, device, False)

@@ -1,4 +1,4 @@
-"""Random number generators, one per array module, all reseeded by :func:`manual_seed`."""
+"""Random number generators, one per device, all reseeded by :func:`manual_seed`."""
 from __future__ import annotations
 
 _SEED = None
@@ -6,14 +6,20 @@ _generators: dict = {}
 
 
 def manual_seed(seed: int):
-    """Seed every device's generator (NumPy's PCG64 on the CPU, CuPy's on CUDA) for reproducible runs."""
+    """Seed every device's generator (NumPy's PCG64 on the CPU, CuPy's on each CUDA device) for reproducible runs."""
     global _SEED
     _SEED = int(seed)
     _generators.clear()
 
 
-def generator(xp):
-    g = _generators.get(xp.__name__)
+def generator(backend):
+    """The generator of ``backend``'s device. CuPy keeps a generator's state on the device that made it, so each
+    GPU gets its own, made and used on that device."""
+    from gpugrad.backend import on
+
+    key = str(backend.device)
+    g = _generators.get(key)
     if g is None:
-        g = _generators[xp.__name__] = xp.random.default_rng(_SEED)
+        with on(backend):
+            g = _generators[key] = backend.xp.random.default_rng(_SEED)
     return g

@@ -8,7 +8,10 @@ import gpugrad
 
 
 def _gpu_skip_reason():
-    return None if gpugrad.cuda.is_available() else f"no CUDA device: {gpugrad.cuda.unavailable_reason()}"
+    if gpugrad.cuda.is_available():
+        return None
+    return (f"no CUDA device: {gpugrad.cuda.unavailable_reason()} (without a GPU, run them on the simulated device: "
+            "GPUGRAD_CUDA_SIM=1 python -m pytest -m gpu)")
 
 
 def pytest_collection_modifyitems(config, items):

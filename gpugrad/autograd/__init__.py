@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpugrad.autograd import engine
+from gpugrad.backend import on
 from gpugrad.autograd.custom import Function, FunctionCtx
 from gpugrad.autograd.function import AccumulateGrad, Node, Op
 from gpugrad.autograd.gradcheck import GradcheckError, gradcheck
@@ -30,7 +31,8 @@ def _roots(outputs, grad_outputs, create_graph, what):
             if t._data.size != 1:
                 raise RuntimeError(f"{what}: grad can be implicitly created only for scalar outputs; output {i} has "
                                    f"shape {t.shape}: pass gradient=<tensor of that shape> (e.g. ones_like)")
-            g = t._backend.xp.ones_like(t._data)
+            with on(t._backend):
+                g = t._backend.xp.ones_like(t._data)
         else:
             if not isinstance(g, Tensor):
                 g = Tensor(g, dtype=t.dtype, device=t.device)
@@ -40,7 +42,8 @@ def _roots(outputs, grad_outputs, create_graph, what):
             if create_graph:
                 roots.append((t._grad_fn or AccumulateGrad.of(t), g))
                 continue
-            g = g._data if g.dtype == t.dtype else g._data.astype(t.dtype)
+            with on(t._backend):
+                g = g._data if g.dtype == t.dtype else g._data.astype(t.dtype)
         node = t._grad_fn or AccumulateGrad.of(t)
         roots.append((node, _make(g, t._backend) if create_graph else g))
     return roots

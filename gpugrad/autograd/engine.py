@@ -76,11 +76,13 @@ def run(roots, retain_graph=False, create_graph=False, capture=None):
     grads = {}
     for node, g in roots:
         _add(grads, node, g, False, create_graph)
-    with enable_grad() if create_graph else _nullcontext:
+    device = _DeviceSwitch()
+    with enable_grad() if create_graph else _nullcontext, device:
         for node in order:
             entry = grads.pop(node, None)
             if entry is None:
                 continue
+            device.use(node.variable._backend if isinstance(node, AccumulateGrad) else node._be)
             g, owned = entry
             if capture is not None and node in capture:
                 capture[node] = g  # autograd.grad returns the gradient before the tensor's own hooks, as torch
@@ -127,6 +129,34 @@ def _repeated_ids(gxs):
         return (id(a),) if a is b and a is not None else ()
     ids = [id(x) for x in gxs if x is not None]
     return {i for i in ids if ids.count(i) > 1}
+
+
+class _DeviceSwitch:
+    """Keeps the current CUDA device equal to the running node's: CuPy launches on the current device, and a graph
+    may span devices (x.to("cuda:1") halfway). Switches only when the device changes, so one-device graphs pay
+    one enter and one exit."""
+
+    def __init__(self):
+        self.scope = None
+
+    def use(self, backend):
+        scope = backend.device_scope
+        if scope is not self.scope:
+            if self.scope is not None:
+                self.scope.__exit__(None, None, None)
+                self.scope = None
+            if scope is not None:
+                scope.__enter__()
+                self.scope = scope
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.scope is not None:
+            self.scope.__exit__(None, None, None)
+            self.scope = None
+        return False
 
 
 class _Null:

@@ -167,7 +167,12 @@ class Op(Node):
         else:
             record = False
             fn.needs_input_grad = _NO_GRAD[len(args)] if len(args) < 8 else (False,) * len(args)
-        out = (getattr(fn, be.forward_name, None) or fn.forward)(be.xp, *datas)
+        scope = be.device_scope  # CUDA: CuPy launches on the current device, so make the inputs' device current
+        if scope is None:
+            out = (getattr(fn, be.forward_name, None) or fn.forward)(be.xp, *datas)
+        else:
+            with scope:
+                out = (getattr(fn, be.forward_name, None) or fn.forward)(be.xp, *datas)
         rbe = backend_of(out) if fn.changes_device else be
         out = rbe.as_array(out)
         result = _make_tensor(out, rbe)

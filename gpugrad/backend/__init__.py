@@ -20,6 +20,8 @@ class Backend:
 
     name: str
     xp: object
+    device_scope = None  # a context manager making this device current (CUDA), or None (CPU)
+    simulated = False  # True on the CUDA simulator (gpugrad/testing/cuda_sim): its timings are no GPU's
 
     def __init__(self, name, xp, device):
         self.name = name
@@ -61,6 +63,22 @@ CPU = Backend("cpu", np, Device("cpu"))
 _cuda_backends: dict[int, Backend] = {}
 
 
+class _NoScope:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_SCOPE = _NoScope()
+
+
+def on(backend: Backend):
+    """``with on(be):`` runs CuPy work on ``be``'s device (nothing to do on the CPU)."""
+    return backend.device_scope or _NO_SCOPE
+
+
 def get_backend(device) -> Backend:
     """Backend for a device spec ("cpu", "cuda", "cuda:1", Device or None for the default device)."""
     dev = default_device() if device is None else parse_device(device)
@@ -82,6 +100,14 @@ def backend_of(array) -> Backend:
 
     index = cuda.device_index_of(array)  # raises TypeError for foreign objects
     return get_backend(Device("cuda", index))
+
+
+def is_array(obj) -> bool:
+    """A NumPy or CuPy array, told without importing CuPy (``backend_of`` then checks the type for real)."""
+    if isinstance(obj, np.ndarray):
+        return True
+    t = type(obj)
+    return t.__name__ == "ndarray" and t.__module__.partition(".")[0] == "cupy"
 
 
 def default_device() -> Device:

@@ -15,19 +15,80 @@ from gpugrad.backend.device import Device
 INSTALL_HINT = "install the CUDA extra: pip install 'gpugrad[cuda]' (CuPy for CUDA 13)"
 
 
+def _import_cupy():
+    """CuPy, or the simulated device standing in for it when ``GPUGRAD_CUDA_SIM`` is set (tests without a GPU)."""
+    from gpugrad.testing import cuda_sim
+
+    if cuda_sim.enabled():
+        return cuda_sim.module()
+    import cupy
+
+    return cupy
+
+
+# A kernel written two ways CuPy compiles them: a RawModule (NVRTC on our source) and an ElementwiseKernel (NVRTC
+# on CuPy's generated source, which includes CuPy's headers and through them the CUDA toolkit's).
+_PROBE_SOURCE = r"""
+extern "C" __global__ void gg_probe(const float* x, float* y, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i] + 1.0f;
+}
+"""
+
+
+def _why_kernels_fail(e: Exception) -> str:
+    text = f"{type(e).__name__}: {e}"
+    low = text.lower()
+    if "header" in low or "cuda_fp16" in low or "cannot open source file" in low:
+        return (f"CuPy cannot compile kernels because the CUDA headers are missing ({text}); install "
+                "pip install 'gpugrad[cuda]' (cupy-cuda13x[ctk] brings the headers) or set CUDA_PATH to a CUDA 13 "
+                "toolkit")
+    if "nvrtc" in low:
+        return (f"CuPy cannot load NVRTC, the runtime compiler it builds kernels with ({text}); install "
+                "pip install 'gpugrad[cuda]' (cupy-cuda13x[ctk] brings NVRTC)")
+    if "driver" in low or "cuda_error" in low:
+        return (f"the CUDA driver failed to load or run a kernel ({text}); install or update the NVIDIA driver "
+                "(CUDA 13 needs a 580 or newer driver)")
+    return f"a test kernel failed to compile or run ({text}); see the CuPy installation guide"
+
+
+def _check_kernels(cupy) -> str:
+    """'' when a trivial kernel compiles and runs correctly on device 0, else why not and the fix."""
+    import numpy as np
+
+    try:
+        with cupy.cuda.Device(0):
+            x = cupy.arange(4, dtype=np.float32)
+            y = cupy.empty(4, dtype=np.float32)
+            cupy.RawModule(code=_PROBE_SOURCE).get_function("gg_probe")((1,), (32,), (x, y, 4))
+            z = cupy.ElementwiseKernel("T x", "T z", "z = x * 2 + 1", "gg_probe_ew")(x)
+            got, got_ew = y.get(), z.get()
+    except Exception as e:  # compile errors, missing libraries, driver errors: each is a reason, never a crash
+        return _why_kernels_fail(e)
+    want = np.arange(4, dtype=np.float32) * 2 + 1
+    if not (np.array_equal(got, want) and np.array_equal(got_ew, want)):
+        return f"a test kernel ran but computed {got.tolist()} / {got_ew.tolist()} instead of {want.tolist()}"
+    return ""
+
+
 @functools.cache
 def _probe():
-    """(cupy module or None, device count, reason when unusable). Never raises."""
+    """(cupy module or None, device count, reason when unusable). Never raises; CUDA counts as available only
+    when a trivial kernel compiles and runs, so a CuPy without headers or NVRTC falls back to the CPU."""
     try:
-        import cupy
+        cupy = _import_cupy()
     except Exception as e:  # ImportError, or a broken CUDA library found at import
         return None, 0, f"CuPy is not importable ({type(e).__name__}: {e}); {INSTALL_HINT}"
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # no driver / no device: CuPy raises CUDARuntimeError here
-        return cupy, 0, f"CuPy is installed but no CUDA device is usable ({type(e).__name__}: {e})"
+        return cupy, 0, (f"CuPy is installed but no CUDA device is usable ({type(e).__name__}: {e}); "
+                         "check the NVIDIA driver (nvidia-smi) and that a GPU is visible (CUDA_VISIBLE_DEVICES)")
     if count == 0:
         return cupy, 0, "CuPy is installed but the CUDA driver reports no device"
+    reason = _check_kernels(cupy)
+    if reason:
+        return cupy, 0, reason
     return cupy, count, ""
 
 
@@ -64,6 +125,10 @@ class CudaBackend(Backend):
             raise RuntimeError(f"{device} does not exist: {device_count()} CUDA device(s) visible")
         super().__init__("cuda", cupy, device)
         self._cupy = cupy
+        self.simulated = getattr(cupy, "simulated", False)  # real CuPy has no such attribute
+        # Entered around every op, backward node and optimizer step on this device: CuPy launches on the
+        # current device, so cuda:1 work must make device 1 current (CuPy's Device contexts nest).
+        self.device_scope = cupy.cuda.Device(device.index)
 
     def asarray(self, data, dtype=None):
         with self._cupy.cuda.Device(self.device.index):

@@ -221,6 +221,7 @@ def train_epoch(model, optimizer, loader, progress, bar, stop):
     epoch's mean training loss."""
     import gpugrad
     from gpugrad.nn import functional as F
+    from gpugrad.backend import CPU
     from gpugrad.random import generator
 
     model.train()
@@ -239,7 +240,7 @@ def train_epoch(model, optimizer, loader, progress, bar, stop):
             progress.batch += 1
             progress.samples += len(yb)
             progress.train_time = base_time + time.perf_counter() - t0
-            progress.rng = generator(np).bit_generator.state  # as of this step, whatever runs before the next
+            progress.rng = generator(CPU).bit_generator.state  # as of this step, whatever runs before the next
         bar.update(1)
         if not bar.disable and bar.n % 10 == 0:  # .item() syncs a GPU: only for a visible bar, now and then
             bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
@@ -388,6 +389,7 @@ def train(args) -> int:
     from gpugrad.backend import get_backend
     from gpugrad.cli import checkpoint
     from gpugrad.data import DataLoader, TensorDataset
+    from gpugrad.backend import CPU
     from gpugrad.random import generator
 
     t_start = time.perf_counter()
@@ -445,7 +447,7 @@ def train(args) -> int:
     t_setup = time.perf_counter() - t_start
 
     def save_checkpoint():
-        rng = progress.rng or generator(np).bit_generator.state
+        rng = progress.rng or generator(CPU).bit_generator.state
         checkpoint.save(ckpt_path, {
             "config": config, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "progress": progress.state(), "rng": {"numpy": rng},
@@ -467,7 +469,7 @@ def train(args) -> int:
                 epoch = progress.epoch
                 gpugrad.manual_seed(epoch_seed(config["seed"], epoch))
                 if progress.batch and saved and saved.get("rng"):  # mid-epoch resume: the generator went on
-                    generator(np).bit_generator.state = saved["rng"]["numpy"]
+                    generator(CPU).bit_generator.state = saved["rng"]["numpy"]
                 train_loader.set_epoch(epoch, progress.batch)
                 with _progress_bar(len(train_loader), progress.batch, f"epoch {epoch + 1}/{epochs}",
                                    quiet or not sys.stderr.isatty()) as bar:

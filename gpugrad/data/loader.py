@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpugrad.backend import backend_of, get_backend
+from gpugrad.backend import CPU, backend_of, get_backend
 from gpugrad.data.dataset import TensorDataset
 
 PRELOAD_LIMIT = 1 << 30  # bytes: TensorDatasets up to 1 GiB are copied to the device once ("auto" preload)
@@ -51,7 +51,7 @@ class DataLoader:
         if seed is None:
             from gpugrad.random import generator
 
-            seed = int(generator(np).integers(2**63)) if shuffle else 0
+            seed = int(generator(CPU).integers(2**63)) if shuffle else 0
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"DataLoader: seed must be a non-negative integer, got {seed!r}")
         self.seed = int(seed)

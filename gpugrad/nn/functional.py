@@ -7,6 +7,9 @@ from gpugrad.ops.activation import BiasAct, Dropout
 from gpugrad.ops.loss import CrossEntropy, TokenLogProb
 from gpugrad.ops.matmul import Linear
 from gpugrad.ops.norm import Embedding as _Embedding, LayerNorm as _LayerNorm
+import numpy as np
+
+from gpugrad.backend import on
 from gpugrad.random import generator
 from gpugrad._tensor import Tensor, _index_array
 
@@ -66,7 +69,9 @@ def dropout(x, p=0.5, training=True):
             raise ValueError(f"dropout: probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
-    u = generator(x._backend.xp).random(x.shape, dtype=x.dtype)
+    # NOTE: generators draw float32/float64 only; float16 inputs draw float32 (Dropout compares u in its dtype).
+    with on(x._backend):
+        u = generator(x._backend).random(x.shape, dtype=x.dtype if x.dtype.itemsize >= 4 else np.float32)
     return Dropout.apply(x, p=p, u=u)
 
 

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from gpugrad.backend import on
 from gpugrad.random import generator
 
 
@@ -58,10 +59,10 @@ def _fill(tensor, sample):
     """tensor[...] = sample(generator, shape, dtype) in place, outside the graph."""
     if tensor.dtype.kind != "f":
         raise TypeError(f"nn.init: expected a floating-point tensor, got {tensor.dtype}")
-    xp = tensor._backend.xp
     # NumPy's generators draw float32 / float64 only: draw in float32 and cast for half precision
     dtype = tensor.dtype if tensor.dtype.itemsize >= 4 else np.dtype(np.float32)
-    tensor._data[...] = sample(generator(xp), tensor.shape, dtype)
+    with on(tensor._backend):
+        tensor._data[...] = sample(generator(tensor._backend), tensor.shape, dtype)
     tensor._version_counter[0] += 1
     return tensor
 

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gpugrad.backend import backend_of, get_backend
+from gpugrad.backend import backend_of, get_backend, on
 from gpugrad.nn.parameter import Parameter
 from gpugrad._tensor import Tensor
 
@@ -334,8 +334,10 @@ def _zero_grad(p, set_to_none):
         return
     if set_to_none:
         p._grad = None
-    elif g._grad_fn is not None:
-        p._grad = Tensor._wrap(p._backend.xp.zeros_like(g._data), p._backend)  # a graph-carrying grad
-    else:
-        g._data.fill(0)  # in place: the buffer (and any flat-buffer view) survives
-        g._version_counter[0] += 1
+        return
+    with on(p._backend):
+        if g._grad_fn is not None:
+            p._grad = Tensor._wrap(p._backend.xp.zeros_like(g._data), p._backend)  # a graph-carrying grad
+        else:
+            g._data.fill(0)  # in place: the buffer (and any flat-buffer view) survives
+            g._version_counter[0] += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from gpugrad.backend import on
 from gpugrad._tensor import Tensor
 
 
@@ -37,7 +38,7 @@ class FlatParams:
     ``slots[param]`` = its :class:`Slot`."""
 
     def __init__(self, params):
-        self.buffers, self.slots = {}, {}
+        self.buffers, self.slots, self._backends = {}, {}, {}
         # A gradient view that no backward wrote into since zero_grad(set_to_none=True) stands for "no gradient"
         # (None in the non-flat path): such parameters are skipped by steps, as torch skips None gradients.
         self._none_if_untouched, self._zeroed_at = True, {}
@@ -46,30 +47,35 @@ class FlatParams:
             if p.requires_grad:  # frozen parameters keep their own buffers and are never stepped
                 by_key.setdefault((p.device, p.dtype), []).append(p)
         for key, ps in by_key.items():
-            be = ps[0]._backend
-            total = sum(p.numel() for p in ps)
-            data, grad = be.xp.empty(total, dtype=key[1]), be.xp.zeros(total, dtype=key[1])
-            start = 0
-            for p in ps:
-                stop = start + p.numel()
-                dv, gv = data[start:stop].reshape(p.shape), grad[start:stop].reshape(p.shape)
-                dv[...] = p._data
-                had_grad = p._grad is not None
-                if had_grad:
-                    gv[...] = p._grad._data
-                p.data = dv  # same Parameter object, new home: optimizers and modules keep their references
-                gt = p._grad = Tensor._wrap(gv, be)
-                self.slots[p] = Slot(key, start, stop, dv, gt)
-                if not had_grad:
-                    self._zeroed_at[p] = gt._version
-                start = stop
-            self.buffers[key] = (data, grad)
+            be = self._backends[key] = ps[0]._backend
+            with on(be):
+                self._fill(key, be, ps)
+
+    def _fill(self, key, be, ps):
+        total = sum(p.numel() for p in ps)
+        data, grad = be.xp.empty(total, dtype=key[1]), be.xp.zeros(total, dtype=key[1])
+        start = 0
+        for p in ps:
+            stop = start + p.numel()
+            dv, gv = data[start:stop].reshape(p.shape), grad[start:stop].reshape(p.shape)
+            dv[...] = p._data
+            had_grad = p._grad is not None
+            if had_grad:
+                gv[...] = p._grad._data
+            p.data = dv  # same Parameter object, new home: optimizers and modules keep their references
+            gt = p._grad = Tensor._wrap(gv, be)
+            self.slots[p] = Slot(key, start, stop, dv, gt)
+            if not had_grad:
+                self._zeroed_at[p] = gt._version
+            start = stop
+        self.buffers[key] = (data, grad)
 
     def zero_grad(self, set_to_none=True):
         """Zero every gradient: one fill per buffer; a parameter whose ``.grad`` was dropped or replaced gets
         its view back.  With ``set_to_none`` a view that no backward writes into counts as no gradient."""
-        for _, grad in self.buffers.values():
-            grad.fill(0)
+        for key, (_, grad) in self.buffers.items():
+            with on(self._backends[key]):
+                grad.fill(0)
         self._none_if_untouched = set_to_none
         for p, s in self.slots.items():
             if p._grad is not s.grad:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpugrad.autograd.grad_mode import enable_grad, no_grad
-from gpugrad.backend import backend_of
+from gpugrad.backend import backend_of, on
 from gpugrad.backend.reference import float16_params_error
 from gpugrad.optim.flat import flatten_parameters
 from gpugrad._tensor import Tensor
@@ -131,7 +131,8 @@ class Optimizer:
                     todo += [p for p in group["params"] if p not in flat.slots]
                 for p in todo:
                     if p._grad is not None and (flat is None or flat.received(p)):
-                        self._step_param(p, group)
+                        with on(p._backend):  # state is made and updated on the parameter's device
+                            self._step_param(p, group)
         return loss
 
     def _check_float16(self, p):
@@ -161,12 +162,15 @@ class Optimizer:
         sig = self._signature(states[0])
         if any(self._signature(st) != sig for st in states[1:]):
             return False
-        for p, st in zip(seg.params, states):
-            self._init_state(p, st, group)
+        with on(seg.params[0]._backend):
+            for p, st in zip(seg.params, states):
+                self._init_state(p, st, group)
         arrays = {name: fs[seg.start:seg.stop] for (name, key), fs in self._flat_state.items()
                   if key == seg.key and name in states[0]}
         data, grad = flat.buffers[seg.key]
-        self._kernel(seg.params[0]._backend, data[seg.start:seg.stop], grad[seg.start:seg.stop], arrays, group, sig)
+        be = seg.params[0]._backend
+        with on(be):
+            self._kernel(be, data[seg.start:seg.stop], grad[seg.start:seg.stop], arrays, group, sig)
         for p, st in zip(seg.params, states):
             self._advance(st)
             p._version_counter[0] += 1

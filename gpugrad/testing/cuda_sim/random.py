@@ -1,0 +1,55 @@
+"""``cupy.random`` on the simulated device: NumPy's generators, one state per generator, bound to the device it
+was made on (CuPy keeps a generator's state in that device's memory, so using it under another device fails)."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from gpugrad.testing.cuda_sim import _state
+from gpugrad.testing.cuda_sim.array import new, unwrap
+from gpugrad.testing.cuda_sim.functions import check_kwargs
+from gpugrad.testing.cuda_sim.namespace import load
+
+
+class Generator:
+    """cupy.random.Generator (the methods CuPy 14 has; values differ from CuPy's XORWOW, the contract does not)."""
+
+    def __init__(self, seed=None):
+        self._rng = np.random.default_rng(seed)
+        self._dev = _state.current_device()
+
+    def _draw(self, name, kwargs, draw, dtype, out=None):
+        check_kwargs(f"Generator.{name}", load()["random_generator"][name], kwargs)
+        if _state.current_device() != self._dev:
+            raise ValueError(f"cupy.random.Generator made on device {self._dev} used while device "
+                             f"{_state.current_device()} is current (its state lives on device {self._dev})")
+        host = np.asarray(draw()).astype(dtype, copy=False)
+        _state.launch(f"Generator.{name}")
+        if out is not None:
+            unwrap(out)[...] = host
+            return out
+        return new(host, f"Generator.{name}")
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        return self._draw("random", {}, lambda: self._rng.random(size, dtype=dtype), dtype, out)
+
+    def standard_normal(self, size=None, dtype=np.float64, out=None):
+        return self._draw("standard_normal", {}, lambda: self._rng.standard_normal(size, dtype=dtype), dtype, out)
+
+    def uniform(self, low=0.0, high=1.0, size=None, dtype=np.float64):
+        return self._draw("uniform", {}, lambda: self._rng.uniform(low, high, size), dtype)
+
+    def integers(self, low, high=None, size=None, dtype=np.int64, endpoint=False):
+        return self._draw("integers", {}, lambda: self._rng.integers(low, high, size, dtype=dtype,
+                                                                      endpoint=endpoint), dtype)
+
+
+def default_rng(seed=None):
+    return Generator(seed)
+
+
+def build() -> types.ModuleType:
+    mod = types.ModuleType("cupy.random", "cupy.random on gpugrad's simulated device")
+    mod.Generator, mod.default_rng = Generator, default_rng
+    return mod
