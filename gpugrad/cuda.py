@@ -1,4 +1,4 @@
-"""``gpugrad.cuda``: is CUDA usable here, and how many devices."""
-from gpugrad.backend.cuda import device_count, is_available, unavailable_reason
+"""``gpugrad.cuda``: is CUDA usable here, how many devices, their names; waiting for queued work."""
+from gpugrad.backend.cuda import device_count, get_device_name, is_available, synchronize, unavailable_reason
 
-__all__ = ["is_available", "device_count", "unavailable_reason"]
+__all__ = ["is_available", "device_count", "unavailable_reason", "get_device_name", "synchronize"]

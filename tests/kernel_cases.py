@@ -208,12 +208,13 @@ CASES = [
 
 
 
-def strided(a):
-    """The same values in a non-contiguous array (the transpose of a copy, or every other element of a buffer)."""
-    if not isinstance(a, np.ndarray) or a.ndim == 0:
+def strided(a, xp=np):
+    """The same values in a non-contiguous array (the transpose of a copy, or every other element of a buffer);
+    ``xp`` is the array module of ``a`` (NumPy, or CuPy for device arrays)."""
+    if not isinstance(a, xp.ndarray) or a.ndim == 0:
         return a
     if a.ndim >= 2:
-        return np.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)
-    buf = np.empty(a.shape[0] * 2, a.dtype)
+        return xp.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)
+    buf = xp.empty(a.shape[0] * 2, a.dtype)
     buf[::2] = a
     return buf[::2]

@@ -41,6 +41,18 @@ def two_devices(monkeypatch):
     backend._cuda_backends.update(saved)
 
 
+def test_device_name_and_synchronize():
+    name = gpugrad.cuda.get_device_name()
+    assert isinstance(name, str) and name
+    if cuda_sim.enabled():
+        assert "Simulated" in name
+        before = cuda_sim.counters()["syncs"]
+        gpugrad.cuda.synchronize("cuda:0")
+        assert cuda_sim.counters()["syncs"] == before + 1
+    else:
+        gpugrad.cuda.synchronize()
+
+
 def _train(device, opt_name, steps=4, batch=16, seed=0):
     """A small MLP trained from one fixed start: per-step losses and the final parameters, on the host."""
     rng = np.random.default_rng(seed)

@@ -7,6 +7,8 @@ Broadcasting is undone here, in :func:`_fit`, and nowhere else.
 """
 from __future__ import annotations
 
+import contextlib
+
 from gpugrad.autograd.function import AccumulateGrad
 from gpugrad.autograd.grad_mode import enable_grad
 
@@ -82,7 +84,8 @@ def run(roots, retain_graph=False, create_graph=False, capture=None):
             entry = grads.pop(node, None)
             if entry is None:
                 continue
-            device.use(node.variable._backend if isinstance(node, AccumulateGrad) else node._be)
+            if node._be.device_scope is not device.scope:
+                device.use(node._be.device_scope)
             g, owned = entry
             if capture is not None and node in capture:
                 capture[node] = g  # autograd.grad returns the gradient before the tensor's own hooks, as torch
@@ -139,15 +142,13 @@ class _DeviceSwitch:
     def __init__(self):
         self.scope = None
 
-    def use(self, backend):
-        scope = backend.device_scope
-        if scope is not self.scope:
-            if self.scope is not None:
-                self.scope.__exit__(None, None, None)
-                self.scope = None
-            if scope is not None:
-                scope.__enter__()
-                self.scope = scope
+    def use(self, scope):
+        if self.scope is not None:
+            self.scope.__exit__(None, None, None)
+            self.scope = None
+        if scope is not None:
+            scope.__enter__()
+            self.scope = scope
 
     def __enter__(self):
         return self
@@ -159,15 +160,7 @@ class _DeviceSwitch:
         return False
 
 
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
-
-
-_nullcontext = _Null()
+_nullcontext = contextlib.nullcontext()
 
 
 def _add(grads, node, g, owned, create_graph):

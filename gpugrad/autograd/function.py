@@ -49,6 +49,10 @@ class AccumulateGrad(Node):
     def __init__(self, variable):
         self.variable = variable
 
+    @property
+    def _be(self):
+        return self.variable._backend
+
     @staticmethod
     def of(tensor) -> "AccumulateGrad":
         # The tensor keeps only a weak reference, like PyTorch: graph nodes keep the accumulator alive.

@@ -5,6 +5,7 @@ Ops are written against ``xp``; the CUDA backend imports CuPy lazily, so ``impor
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -63,15 +64,7 @@ CPU = Backend("cpu", np, Device("cpu"))
 _cuda_backends: dict[int, Backend] = {}
 
 
-class _NoScope:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-_NO_SCOPE = _NoScope()
+_NO_SCOPE = contextlib.nullcontext()
 
 
 def on(backend: Backend):

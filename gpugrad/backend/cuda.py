@@ -104,6 +104,25 @@ def unavailable_reason() -> str:
     return _probe()[2]
 
 
+def _index(device) -> int:
+    from gpugrad.backend.device import parse_device
+
+    return 0 if device is None else device if isinstance(device, int) else parse_device(device).index
+
+
+def get_device_name(device=None) -> str:
+    """The GPU's name, as torch.cuda.get_device_name (a simulated device says so)."""
+    name = cupy_module().cuda.runtime.getDeviceProperties(_index(device))["name"]
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def synchronize(device=None) -> None:
+    """Wait for all work queued on the device, as torch.cuda.synchronize."""
+    cupy = cupy_module()
+    with cupy.cuda.Device(_index(device)) as d:
+        d.synchronize()
+
+
 def cupy_module():
     cupy, count, reason = _probe()
     if count == 0:

@@ -8,6 +8,8 @@ current device, as a kernel launch on another GPU would fail. Integer-array indi
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from gpugrad.testing.cuda_sim import _state
@@ -98,8 +100,6 @@ def new(a, what):
         _state.pool_used[0] += a.nbytes
     x = make(a, _state.current_device())
     if a.nbytes:
-        import weakref
-
         weakref.finalize(x, _release, a.nbytes)
     return x
 
@@ -347,10 +347,8 @@ def _scatter(ufunc, x, slices, value):
 
 
 def _rebuild(host, dev):
-    from gpugrad.testing.cuda_sim import _state as st
-
     with _on(dev):
-        st.h2d(host.nbytes, "unpickle(ndarray)")
+        _state.h2d(host.nbytes, "unpickle(ndarray)")
         return new(host, "unpickle")
 
 

@@ -17,7 +17,7 @@ from gpugrad.testing.cuda_sim.namespace import load
 
 # Functions whose result's size depends on the data: the host must read it back first.
 _SYNCING = {"nonzero", "flatnonzero", "argwhere", "unique", "extract", "compress", "allclose", "unique_values",
-            "unique_counts", "unique_inverse", "unique_all", "trim_zeros", "count_nonzero_host"}
+            "unique_counts", "unique_inverse", "unique_all", "trim_zeros"}
 # Functions that hand back uninitialised memory: an allocation, no kernel.
 _NO_LAUNCH = {"empty", "empty_like"}
 # cuBLAS-backed products.
@@ -50,8 +50,7 @@ def _blas_copies(arrays):
     for a in arrays:
         if type(a) is ndarray and a.ndim >= 2:
             m = a._a
-            if not (m.flags.c_contiguous or m.flags.f_contiguous or
-                    np.swapaxes(m, -1, -2).flags.c_contiguous or m[..., :, :].flags.c_contiguous):
+            if not (m.flags.c_contiguous or m.flags.f_contiguous or np.swapaxes(m, -1, -2).flags.c_contiguous):
                 n += 1
     return n
 
@@ -163,8 +162,6 @@ def _to_device(a, dtype=None, copy=None, order=None, what="asarray"):
     copied across (a peer copy); arrays already here returned as they are unless a copy or cast is needed."""
     if type(a) is ndarray:
         if a._dev != _state.current_device():
-            from gpugrad.testing.cuda_sim.array import make
-
             _state.launch(f"{what}: peer copy from device {a._dev}")
             host = np.array(a._a, dtype=dtype, order=order or "K")
             return new(host, what)
