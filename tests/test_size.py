@@ -10,8 +10,12 @@ import tokenize
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "gpugrad"
-TOOLING = ("cli", "bench", "testing")  # the command line, benchmarks and test tooling
-BUDGETS = {"library": 4200, "tooling": 2400}
+TOOLING = ("cli", "bench")  # the command line and benchmarks
+TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the simulated CUDA device
+# library 4200 -> 4400: device scoping for multi-GPU, the kernel probe behind is_available(), header inlining and
+# float16 opmath (issue 8). Test tooling gets its own budget: the simulated device (~1,000 lines) is what lets CI run
+# the whole CUDA path; it should not squeeze the CLI's.
+BUDGETS = {"library": 4400, "tooling": 1900, "testing": 1700}
 
 
 def code_lines(path: Path) -> int:
@@ -31,10 +35,10 @@ def code_lines(path: Path) -> int:
 
 
 def test_code_stays_within_budget():
-    counts = {"library": 0, "tooling": 0}
+    counts = dict.fromkeys(BUDGETS, 0)
     for path in PKG.rglob("*.py"):
         part = path.relative_to(PKG).parts[0]
-        counts["tooling" if part in TOOLING else "library"] += code_lines(path)
+        counts["tooling" if part in TOOLING else "testing" if part in TESTING else "library"] += code_lines(path)
     print(f"code lines: {counts} (budgets {BUDGETS})")
     for kind, n in counts.items():
         assert n <= BUDGETS[kind], f"gpugrad {kind} code is {n} lines, over its budget of {BUDGETS[kind]}"
