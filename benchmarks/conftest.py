@@ -12,14 +12,39 @@ import pytest  # noqa: E402
 import gpugrad  # noqa: E402
 
 
+_TORCH_LEFT_OUT = pytest.StashKey[str]()
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip gpu-marked benchmarks without CUDA, with the reason (tests/conftest.py does it for tests/)."""
-    if gpugrad.cuda.is_available():
+    """Skip gpu-marked benchmarks without CUDA, with the reason (tests/conftest.py does it for tests/). With CUDA,
+    leave out the PyTorch peers on it when PyTorch cannot run there (a CPU-only wheel; the simulated device): such a
+    peer cannot exist on this machine, so a GPU run deselects it (said in the summary) rather than skipping it."""
+    if not gpugrad.cuda.is_available():
+        skip = pytest.mark.skip(reason=f"no CUDA device: {gpugrad.cuda.unavailable_reason()}")
+        for item in items:
+            if "gpu" in item.keywords or "cuda" in item.keywords:
+                item.add_marker(skip)
         return
-    skip = pytest.mark.skip(reason=f"no CUDA device: {gpugrad.cuda.unavailable_reason()}")
-    for item in items:
-        if "gpu" in item.keywords or "cuda" in item.keywords:
-            item.add_marker(skip)
+    here = Path(__file__).parent
+
+    def torch_on_cuda(item):
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        return params.get("impl") == "torch" and params.get("device") == "cuda" and here in item.path.parents
+
+    peers = [item for item in items if torch_on_cuda(item)]
+    if peers:
+        from gpugrad.bench.suites import torch_unavailable_reason
+
+        reason = torch_unavailable_reason("cuda")
+        if reason:
+            items[:] = [item for item in items if not torch_on_cuda(item)]
+            config.hook.pytest_deselected(items=peers)
+            config.stash[_TORCH_LEFT_OUT] = f"{len(peers)} PyTorch-on-CUDA benchmarks deselected: {reason}"
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if _TORCH_LEFT_OUT in config.stash:
+        terminalreporter.write_line(f"benchmarks/conftest.py: {config.stash[_TORCH_LEFT_OUT]}")
 
 
 class _OneCall:

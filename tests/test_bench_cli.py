@@ -75,6 +75,30 @@ def test_quick_cpu_run_plots_a_png(quick_run):
     assert (out / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_quick_cuda_run_writes_every_section(tmp_path, capsys):
+    """`gpugrad bench --device cuda --quick` end to end; on the simulated device (CI) with CPU sizes, in < 60 s, and
+    marked simulated in the JSON and the table."""
+    from gpugrad.testing import cuda_sim
+
+    path = tmp_path / "b.json"
+    assert cli_main(["bench", "--quick", "--device", "cuda", "--no-progress", "--json", str(path)]) == 0
+    res = json.loads(path.read_text())
+    assert res["complete"] is True and "stopped" not in res and list(res["devices"]) == ["cuda"]
+    cuda = res["devices"]["cuda"]
+    assert cuda["simulated"] is cuda_sim.enabled() and ("not GPU figures" in cuda.get("note", "")) is cuda_sim.enabled()
+    assert [k["name"] for k in cuda["kernels"]] == [c.id for c in suites.KERNELS]
+    assert cuda["peak_bandwidth"]["gbs"] > 0 and all(k["gbs"] > 0 for k in cuda["kernels"])
+    assert cuda["matmul"]["cases"] and all(m["gflops"] > 0 for m in cuda["matmul"]["cases"])
+    assert [e["batch"] for e in cuda["mlp"]] == cuda["config"]["batches"]
+    for e in cuda["mlp"]:
+        assert e["impls"]["baseline"]["time_vs_baseline"] == 1.0 and e["impls"]["gpugrad"]["samples_per_s"] > 0
+    assert cuda["engine"]["us_per_op"]["gpugrad"] > 0
+    out = capsys.readouterr().out
+    assert "== cuda: " in out and ("not GPU figures" in out) is cuda_sim.enabled()
+
+
 def test_plot_without_matplotlib_fails_before_measuring(monkeypatch, tmp_path, capsys):
     from gpugrad.cli import plot
 
@@ -108,9 +132,7 @@ def _fake_measurements(monkeypatch, fail=None):
 
 
 def _no_measuring(monkeypatch, why):
-    from gpugrad.cli import bench
-
-    monkeypatch.setattr(bench, "_run_device", lambda *a, **k: pytest.fail(f"measured despite {why}"))
+    monkeypatch.setattr(suites, "run_device", lambda *a, **k: pytest.fail(f"measured despite {why}"))
 
 
 def test_outputs_go_into_created_directories_and_through_symlinks(monkeypatch, tmp_path, capsys):

@@ -118,7 +118,7 @@ def _spread(r):
 def format_device(result, env):
     """The tables of one device's results (of the sections it has: ``gpugrad bench --sections`` may skip some)."""
     d = result["device"]
-    out = [f"== {d}: {device_name(d, env)} =="]
+    out = [f"== {d}: {device_name(d, env)} =="] + ([f"NOTE: {result['note']}"] if "note" in result else [])
     for section, lines in (("kernels", _format_kernels), ("matmul", _format_matmul), ("mlp", _format_mlp),
                            ("engine", _format_engine)):
         if section in result:

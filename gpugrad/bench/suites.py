@@ -7,7 +7,7 @@ reference measured under the same load on a shared machine:
   hand-written CUDA kernel on CUDA); at op level ``gpugrad``, the autograd op;
 - ``baseline``: the same math written by hand against ``xp`` (NumPy on the CPU, CuPy on CUDA), as one would
   write it without gpugrad;
-- ``torch``: PyTorch eager, when installed (and built with CUDA, for the cuda device).
+- ``torch``: PyTorch eager, when installed (and built with CUDA, for the cuda device; never on the simulated one).
 
 ``gpugrad bench`` (``gpugrad/cli/bench.py``) and the pytest-benchmark suites in ``benchmarks/`` both build their
 workloads here, so both time the same thing.
@@ -345,6 +345,8 @@ def torch_unavailable_reason(device_name):
         return "PyTorch is not installed (pip install 'gpugrad[oracle]')"
     if device_name == "cuda" and not th.cuda.is_available():
         return f"PyTorch {th.__version__} has no usable CUDA device"
+    if device_name == "cuda" and get_backend("cuda").simulated:
+        return "the CUDA device is simulated (GPUGRAD_CUDA_SIM): PyTorch cannot run on it"
     return None
 
 
@@ -912,8 +914,9 @@ class Config:
 
 def config_for(device_name, quick=False, shape=None):
     """Defaults: full runs use 64 MiB (CPU: past the per-core caches and most of a typical L3) and 256 MiB (GPU:
-    past an H100/H200's 50-60 MB L2) arrays; ``--quick`` keeps a whole CPU run under ~30 s on 2 cores."""
-    if device_name == "cuda":
+    past an H100/H200's 50-60 MB L2) arrays; ``--quick`` keeps a whole CPU run under ~30 s on 2 cores. A simulated
+    CUDA device (which computes on the CPU) gets the CPU's sizes."""
+    if device_name == "cuda" and not get_backend("cuda").simulated:
         cfg = Config(shape=(8192, 4096), repeats=10, batches=(512, 4096), matmul_peak_n=4096, tiny_ops=200,
                      min_sample_s=0.002, mlp_repeats=10)
         if not quick:
@@ -928,22 +931,38 @@ def config_for(device_name, quick=False, shape=None):
     return dataclasses.replace(cfg, shape=tuple(shape)) if shape else cfg
 
 
-def run_device(device_name, config, tick=None):
-    """Every figure for one device as a JSON-ready dict."""
+SECTIONS = ("kernels", "matmul", "mlp", "engine")  # in the order run_device runs them
+SIMULATED_NOTE = "simulated CUDA device (GPUGRAD_CUDA_SIM, computing on the CPU): its timings are not GPU figures"
+
+
+def run_device(device_name, config, tick=None, sections=SECTIONS, on_update=None):
+    """Every figure of ``sections`` for one device as a JSON-ready dict. ``on_update(result)`` is called with the
+    dict so far before the first section and after each (``gpugrad bench`` rewrites its --json there, so a run cut
+    short keeps what finished)."""
     be = get_backend(device_name)
     timer = timer_for(be, repeats=config.repeats, min_sample_s=config.min_sample_s)
-    rows, peak = run_kernels(Inputs(be, *config.shape), timer, peak_copy(be, config.copy_bytes), tick=tick)
-    # (the kernel inputs are freed here, before the matmul and MLP allocate theirs; matmul operands are shaped per
-    # case, so their Inputs' own shape is unused)
-    result = {"device": device_name, "config": {**dataclasses.asdict(config), "copy_bytes": config.copy_bytes},
-              "peak_bandwidth": peak, "kernels": rows}
-    result["matmul"] = run_matmuls(Inputs(be, 1, 1, seed=2), timer, config.matmul_peak_n, config.batches, tick=tick)
-    result["mlp"] = run_mlp(be, timer, config.batches, config.mlp_repeats, tick=tick)
-    result["engine"] = run_engine(be, timer, config.tiny_ops, tick=tick)
+    run = {  # each section's inputs live only while it runs: the kernels' are freed before the MLP allocates
+        "kernels": lambda: dict(zip(("kernels", "peak_bandwidth"), run_kernels(
+            Inputs(be, *config.shape), timer, peak_copy(be, config.copy_bytes), tick=tick))),
+        # (matmul operands are shaped per case, so their Inputs' own shape is unused)
+        "matmul": lambda: {"matmul": run_matmuls(Inputs(be, 1, 1, seed=2), timer, config.matmul_peak_n,
+                                                 config.batches, tick=tick)},
+        "mlp": lambda: {"mlp": run_mlp(be, timer, config.batches, config.mlp_repeats, tick=tick)},
+        "engine": lambda: {"engine": run_engine(be, timer, config.tiny_ops, tick=tick)},
+    }
+    result = {"device": device_name, "simulated": be.simulated,
+              "config": {**dataclasses.asdict(config), "copy_bytes": config.copy_bytes}}
+    if be.simulated:
+        result["note"] = SIMULATED_NOTE
+    on_update = on_update or (lambda result: None)
+    on_update(result)
+    for section in sections:
+        result.update(run[section]())
+        on_update(result)
     return result
 
 
 __all__ = ["Timing", "Inputs", "KernelCase", "KERNELS", "OpCase", "OPS", "MatmulCase", "Config", "bytes_moved",
            "kernel_workload", "op_workload", "matmul_workload", "baseline_mlp_step", "mlp_steps", "config_for",
            "run_device", "kernels", "ops", "mlp_matmuls", "tiny_chain", "torch_for", "optimizer_workload", "synced",
-           "bench_shape", "shared_inputs"]
+           "bench_shape", "shared_inputs", "SECTIONS"]

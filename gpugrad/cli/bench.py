@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
+import functools
 import sys
 
+from gpugrad.bench.suites import SECTIONS
+
 DEVICES = ("cpu", "cuda", "all")
-SECTIONS = ("kernels", "matmul", "mlp", "engine")  # in the order they run
 
 
 def _shape(text):
@@ -105,28 +106,6 @@ def _check_outputs(args):
         check_plot_path(args.plot, "--plot")
 
 
-def _run_device(device, config, sections, tick, result, save):
-    """suites.run_device, a section at a time: fills ``result`` with the chosen ``sections`` and calls ``save()``
-    after each (which run_device, returning only at the end, cannot do)."""
-    from gpugrad.bench import suites
-
-    be = suites.get_backend(device)
-    timer = suites.timer_for(be, repeats=config.repeats, min_sample_s=config.min_sample_s)
-    run = {  # each section's inputs live only while it runs: the kernels' are freed before the MLP allocates
-        "kernels": lambda: dict(zip(("kernels", "peak_bandwidth"), suites.run_kernels(
-            suites.Inputs(be, *config.shape), timer, suites.peak_copy(be, config.copy_bytes), tick=tick))),
-        "matmul": lambda: {"matmul": suites.run_matmuls(suites.Inputs(be, 1, 1, seed=2), timer,
-                                                        config.matmul_peak_n, config.batches, tick=tick)},
-        "mlp": lambda: {"mlp": suites.run_mlp(be, timer, config.batches, config.mlp_repeats, tick=tick)},
-        "engine": lambda: {"engine": suites.run_engine(be, timer, config.tiny_ops, tick=tick)},
-    }
-    result.update(device=device, config={**dataclasses.asdict(config), "copy_bytes": config.copy_bytes})
-    for section in sections:
-        result.update(run[section]())
-        save()
-    return result
-
-
 def run(args) -> int:
     from gpugrad.bench import report, suites
     from gpugrad.cli.plot import PlotUnavailable
@@ -145,7 +124,10 @@ def run(args) -> int:
     results = {"environment": env, "quick": bool(args.quick), "sections": list(args.sections), "complete": False,
                "devices": {}, "skipped": skipped}
 
-    def save():
+    def save(device=None, result=None):
+        """Rewrite --json (with ``device``'s figures so far: run_device calls it before and after each section)."""
+        if device:
+            results["devices"][device] = result
         if args.json:  # NOTE: a failure here is not fatal: the final write below retries and reports it
             with contextlib.suppress(OSError):
                 report.write_json(results, args.json)
@@ -156,7 +138,7 @@ def run(args) -> int:
             config = suites.config_for(device, quick=args.quick, shape=args.sizes)
             tick, close = _progress(config.steps, not args.no_progress)
             try:
-                _run_device(device, config, args.sections, tick, results["devices"].setdefault(device, {}), save)
+                suites.run_device(device, config, tick, args.sections, on_update=functools.partial(save, device))
             finally:
                 close()
             print(report.format_device(results["devices"][device], env), flush=True)
