@@ -7,6 +7,7 @@ import numpy as np
 
 from gpugrad.autograd.grad_mode import STATE
 from gpugrad.backend import backend_of, get_backend
+from gpugrad.backend.deferred import raise_pending
 from gpugrad import ops as _ops
 from gpugrad.ops.activation import BiasAct, Dropout, Gelu, Relu, Sigmoid, Tanh
 from gpugrad.ops.arith import Abs, Add, Clamp, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, Sqrt, Sub, Where
@@ -77,6 +78,7 @@ class Tensor:
 
     def __reduce__(self):
         # Pickle/deepcopy by value: host data, device and flags (the backend holds modules, which do not pickle).
+        raise_pending(self._backend)  # reads of a device raise its failed device-side checks (backend/deferred.py)
         return _rebuild, (type(self), self._backend.to_host(self._data), str(self.device), self._requires_grad)
 
     @staticmethod
@@ -226,9 +228,11 @@ class Tensor:
     def numpy(self):
         if self._requires_grad:
             raise RuntimeError("can't call numpy() on a tensor that requires grad; use .detach().numpy()")
+        raise_pending(self._backend)
         return self._backend.to_host(self._data)
 
     def __array__(self, dtype=None, copy=None):
+        raise_pending(self._backend)
         a = self._backend.to_host(self._data)
         return a if dtype is None else a.astype(dtype)
 
@@ -236,9 +240,11 @@ class Tensor:
         if self._data.size != 1:
             raise ValueError(f"item(): only one-element tensors can be converted to a Python scalar, "
                              f"got shape {self.shape}")
+        raise_pending(self._backend)  # also float(), int(), bool(), index()
         return self._data.reshape(()).item()
 
     def tolist(self):
+        raise_pending(self._backend)
         return self._backend.to_host(self._data).tolist()
 
     def __float__(self):
@@ -267,6 +273,8 @@ class Tensor:
         if device is not None:
             be = get_backend(device)
             if be is not out._backend:
+                if be.name == "cpu":
+                    raise_pending(out._backend)
                 out = ToDevice.apply(out, source=out._backend, target=be)
         return out
 
@@ -291,6 +299,7 @@ class Tensor:
     astype = type
 
     def __repr__(self):
+        raise_pending(self._backend)
         host = self._backend.to_host(self._data)
         finite = host[np.isfinite(host)] if host.dtype.kind == "f" else host
         whole = host.dtype.kind != "f" or bool(np.all(finite == np.round(finite)))

@@ -52,6 +52,57 @@ __device__ __forceinline__ double sqrt_(double x) { return sqrt(x); }
 // K independent loads per thread give the memory-level parallelism that vector loads would.
 template <typename T> struct RowCache { static constexpr int K = sizeof(T) == 4 ? 8 : 4; };
 
+// The same for the team row kernels (reduce.cu, norm.cu; RowTeam below): two 16-byte vectors of floats (8), one
+// of doubles (2). NOTE: double exp/log need the registers: 4 cached doubles a thread spill under the 64-register
+// cap that two 512-thread blocks per SM impose. A 512-thread team caches 4096 floats / 1024 doubles; longer rows
+// re-read their later chunks (from L2). kernels.py row_plan sizes the teams by the same K.
+template <typename T> struct TeamCache { static constexpr int K = sizeof(T) == 4 ? 8 : 2; };
+
+// ---- 16-byte vectors: a Pack of N elements is loaded or stored as one access (ld.global.v4.f32 / .v2.f64), the
+// widest a thread can issue: 4x (2x) fewer memory instructions than scalar floats (doubles) for the same bytes.
+// Packs of more than 16 bytes (4 doubles beside a float op) are 16-byte aligned and split into 16-byte accesses;
+// smaller ones (4 bools of a mask) are aligned to their size. A pointer that is not aligned to alignof(Pack) must
+// take a scalar path: callers check pack_aligned first (a view at an odd offset is contiguous but misaligned).
+template <typename E, int N> struct alignas(sizeof(E) * N < 16 ? sizeof(E) * N : 16) Pack { E v[N]; };
+template <typename T> struct Vec { static constexpr int N = 16 / sizeof(T); };  // elements of one 16-byte vector
+
+template <int N, typename E> __device__ __forceinline__ bool pack_aligned(const E* p) {
+    return reinterpret_cast<unsigned long long>(p) % alignof(Pack<E, N>) == 0;
+}
+template <int N, typename... E> __device__ __forceinline__ bool packs_aligned(const E*... p) {
+    return (pack_aligned<N>(p) && ...);
+}
+
+#ifdef GG_EMULATION  // a GPU faults on a misaligned vector access; the emulator fails the launch with a message
+#define GG_CHECK_PACK(p, N) \
+    if (!pack_aligned<N>(p)) ::gg_emu::fail("misaligned vector access: " #p " is not aligned to its Pack")
+#else
+#define GG_CHECK_PACK(p, N)
+#endif
+
+template <int N, typename E> __device__ __forceinline__ void load_pack(E* v, const E* __restrict__ p) {
+    GG_CHECK_PACK(p, N);
+    const Pack<E, N> q = *reinterpret_cast<const Pack<E, N>*>(p);
+#pragma unroll
+    for (int j = 0; j < N; ++j) v[j] = q.v[j];
+}
+
+template <int N, typename E> __device__ __forceinline__ void store_pack(E* __restrict__ p, const E* v) {
+    GG_CHECK_PACK(p, N);
+    Pack<E, N> q;
+#pragma unroll
+    for (int j = 0; j < N; ++j) q.v[j] = v[j];
+    *reinterpret_cast<Pack<E, N>*>(p) = q;
+}
+
+// f(BoolConst<true>{}) or f(BoolConst<false>{}): a kernel compiles its vector and its scalar body and takes one
+// per launch (the flag is uniform, so the branch never diverges).
+template <bool B> struct BoolConst { static constexpr bool value = B; };
+template <class F> __device__ __forceinline__ void with_vec(bool vec, F&& f) {
+    if (vec) f(BoolConst<true>{});
+    else f(BoolConst<false>{});
+}
+
 // ---- warp / block reductions (every thread of the block gets the result) ----------------------------------
 template <typename T> __device__ __forceinline__ T warp_reduce_sum(T v) {
 #pragma unroll
@@ -143,32 +194,137 @@ template <typename T> __device__ __forceinline__ void block_reduce_lse(T& m, T& 
     }
 }
 
-// ---- row traversal: a block owns one row; chunk c covers columns [c*K*B, (c+1)*K*B), thread t takes
-// columns base + t + j*B (j < K), so each of the K loads is coalesced across the warp. Column indices are int
-// (the launchers reject rows of 2^31 or more columns); only the row offset needs 64 bits. ------------------------
+// ---- row teams: the threads that own one row. A row of up to 32 * K columns gets G = 1..32 lanes of one warp
+// (blockDim.x / G rows per block) and reduces with shuffles alone; a longer row gets a whole block (block
+// reductions). kernels.py row_plan picks G from cols and passes it as `lanes` (0: a block per row). A team past
+// the last row is idle: it sees an empty row (cols 0) and stores nothing, but still takes part in its warp's
+// shuffles (full-mask shuffles need every lane of the warp). Column indices are int (the launchers reject rows of
+// 2^31 or more columns); only the row offset needs 64 bits.
+struct RowTeam {
+    long long row, off;     // this team's row and the offset of its first element (0 when idle)
+    int cols, lane, size;   // the row's columns (0 when idle), this thread's index in the team, the team's size
+    bool warp, active;      // a team inside one warp (shuffle reductions); a real row
+};
+
+__device__ __forceinline__ RowTeam row_team(long long rows, long long ncols, long long lanes) {
+    RowTeam t;
+    t.warp = lanes > 0;
+    t.size = t.warp ? (int)lanes : (int)blockDim.x;
+    t.lane = t.warp ? (int)(threadIdx.x & (lanes - 1)) : (int)threadIdx.x;
+    t.row = t.warp ? (long long)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes : (long long)blockIdx.x;
+    t.active = t.row < rows;
+    t.cols = t.active ? (int)ncols : 0;
+    t.off = t.active ? t.row * ncols : 0;
+    return t;
+}
+
+// Vector row accesses need every row of every array to start 16-byte aligned: cols a multiple of the vector
+// width and every base pointer aligned. Per-column vectors (LayerNorm w, b) need only their pointer aligned.
+template <typename T, typename... P>
+__device__ __forceinline__ bool rows_vectorizable(long long ncols, const T* p, const P*... rest) {
+    return ncols % Vec<T>::N == 0 && packs_aligned<Vec<T>::N>(p, rest...);
+}
+
+// Team reductions (every lane of the team gets the result; xor butterflies give every lane the same bits).
+// NOTE: `o < t.size` is uniform in a warp (all its teams have one size), so every lane shuffles together.
+template <typename T> __device__ __forceinline__ T team_reduce_sum(T v, const RowTeam& t) {
+    if (!t.warp) return block_reduce_sum(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        if (o < t.size) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <typename T> __device__ __forceinline__ void team_reduce_sum2(T& a, T& b, const RowTeam& t) {
+    if (!t.warp) return block_reduce_sum2(a, b);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        if (o < t.size) {
+            a += __shfl_xor_sync(0xffffffffu, a, o);
+            b += __shfl_xor_sync(0xffffffffu, b, o);
+        }
+}
+
+template <typename T> __device__ __forceinline__ void team_reduce_lse(T& m, T& s, const RowTeam& t) {
+    if (!t.warp) return block_reduce_lse(m, s);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        if (o < t.size) {
+            const T m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            lse_merge(m, s, m2, s2);
+        }
+}
+
+// A chunk covers columns [base, base + K * size). Scalar layout: element j of lane l is column base + l + j * size
+// (each of the K loads coalesced across the team). Vector layout (VEC, V = Vec<T>::N): elements q*V .. q*V+V-1
+// are the V columns of vector base/V + l + q * size, one 16-byte access. VEC needs rows_vectorizable: with cols a
+// multiple of V a vector lies wholly inside or outside the row.
+template <bool VEC, typename T> __device__ __forceinline__ int team_col(int j, int base, const RowTeam& t) {
+    constexpr int V = VEC ? Vec<T>::N : 1;
+    return base + (t.lane + (j / V) * t.size) * V + j % V;
+}
+
+template <bool VEC, typename T, int K>
+__device__ __forceinline__ void team_load(T (&v)[K], const T* __restrict__ row, int base, T fill, const RowTeam& t) {
+    constexpr int V = VEC ? Vec<T>::N : 1;
+    static_assert(K % V == 0, "a row chunk holds whole vectors");
+#pragma unroll
+    for (int q = 0; q < K / V; ++q) {
+        const int c = team_col<VEC, T>(q * V, base, t);
+        if (c < t.cols) {
+            load_pack<V>(&v[q * V], row + c);
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) v[q * V + e] = fill;
+        }
+    }
+}
+
+template <bool VEC, typename T, int K>
+__device__ __forceinline__ void team_store(T* __restrict__ row, const T (&v)[K], int base, const RowTeam& t) {
+    constexpr int V = VEC ? Vec<T>::N : 1;
+#pragma unroll
+    for (int q = 0; q < K / V; ++q) {
+        const int c = team_col<VEC, T>(q * V, base, t);
+        if (c < t.cols) store_pack<V>(row + c, &v[q * V]);
+    }
+}
+
+// log-sum-exp of the team's row; chunk 0 stays in `v0` for the caller's output pass (later chunks are re-read).
+template <bool VEC, typename T, int K>
+__device__ __forceinline__ void team_row_lse(const T* __restrict__ row, T (&v0)[K], T& m, T& s, const RowTeam& t) {
+    const int step = K * t.size;
+    m = -inf<T>();
+    s = T(0);
+    team_load<VEC>(v0, row, 0, -inf<T>(), t);
+    lse_add_chunk(m, s, v0);
+    for (int base = step; base < t.cols; base += step) {
+        T v[K];
+        team_load<VEC>(v, row, base, -inf<T>(), t);
+        lse_add_chunk(m, s, v);
+    }
+    team_reduce_lse(m, s, t);
+}
+
+// ---- a block owns one row (grid.x = rows, any blockDim): the scalar team of the whole block, for kernels that
+// launch one block per row (loss.cu). Thread t takes columns base + t + j*B (j < K), coalesced per j.
+__device__ __forceinline__ RowTeam block_team(int cols) {
+    RowTeam t;
+    t.warp = false, t.active = true;
+    t.size = (int)blockDim.x, t.lane = (int)threadIdx.x, t.cols = cols;
+    t.row = blockIdx.x, t.off = (long long)blockIdx.x * cols;
+    return t;
+}
+
 template <typename T, int K>
 __device__ __forceinline__ void load_chunk(T (&v)[K], const T* __restrict__ row, int base, int cols, T fill) {
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-        const int c = base + threadIdx.x + j * blockDim.x;
-        v[j] = c < cols ? row[c] : fill;
-    }
+    team_load<false>(v, row, base, fill, block_team(cols));
 }
 
 // log-sum-exp of one row; chunk 0 stays in `v0` for the caller's output pass (later chunks are re-read).
 template <typename T, int K>
 __device__ __forceinline__ void row_lse(const T* __restrict__ row, int cols, T (&v0)[K], T& m, T& s) {
-    const int step = K * blockDim.x;
-    m = -inf<T>();
-    s = T(0);
-    load_chunk(v0, row, 0, cols, -inf<T>());
-    lse_add_chunk(m, s, v0);
-    for (int base = step; base < cols; base += step) {
-        T v[K];
-        load_chunk(v, row, base, cols, -inf<T>());
-        lse_add_chunk(m, s, v);
-    }
-    block_reduce_lse(m, s);
+    team_row_lse<false>(row, v0, m, s, block_team(cols));
 }
 
 // ---- column traversal for sums over rows (bias / weight gradients): block (32, 8) covers 32 columns and a
@@ -199,4 +355,69 @@ __device__ __forceinline__ void column_tile_store(T acc, T* __restrict__ out, lo
     }
 }
 
+}  // namespace gg
+
+// ---- device-side checks and grid completion (gpugrad/backend/deferred.py owns the status words) --------------
+// Each device has one persistent array of STATUS_WORDS int64, zero between launches:
+//   [STATUS_SITE] id of the first failed range check since the host last looked (0: none), [STATUS_LO] and
+//   [STATUS_HI] the min and max of the ids that check saw, [STATUS_DONE] blocks finished in the running launch
+//   (low 32 bits) plus a per-launch flag count (high 32 bits); the launch's last block sets it back to 0.
+// NOTE: a kernel reports instead of trapping: __trap() would kill the CUDA context, and a host check would need
+// a sync. The host reads the words at the next value it copies off the device and raises the op's error then.
+namespace gg {
+enum { STATUS_SITE = 0, STATUS_LO = 1, STATUS_HI = 2, STATUS_DONE = 3, STATUS_WORDS = 4 };
+constexpr long long LL_MAX = 0x7fffffffffffffffLL, LL_MIN = -LL_MAX - 1;  // no <limits.h> under NVRTC
+
+// Called by every thread of every block (1-D grid) once the block's results are stored; true in the block that
+// finishes last, whose threads may then read every other block's results. `flag` (0/1 per block) is summed over
+// the grid into `flags`. The standard threadfence reduction: stores, fence, count; count, fence, loads.
+__device__ __forceinline__ bool last_block(long long* status, unsigned flag, unsigned long long& flags) {
+    __shared__ unsigned long long seen;
+    __threadfence();  // this thread's stores reach device scope before the count says the block is done
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long* done = reinterpret_cast<unsigned long long*>(status + STATUS_DONE);
+        const unsigned long long mine = ((unsigned long long)flag << 32) | 1ull;
+        seen = atomicAdd(done, mine) + mine;
+        if ((unsigned)seen == gridDim.x) atomicExch(done, 0ull);  // every block has counted: ready for the next launch
+    }
+    __syncthreads();
+    flags = seen >> 32;
+    const bool last = (unsigned)seen == gridDim.x;
+    if (last) __threadfence();  // the other blocks' stores are visible to the loads that follow
+    return last;
+}
+
+// min and max over the block (every thread gets both).
+__device__ __forceinline__ void block_reduce_minmax(long long& lo, long long& hi) {
+    __shared__ long long plo[32], phi[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const long long l = __shfl_xor_sync(0xffffffffu, lo, o), h = __shfl_xor_sync(0xffffffffu, hi, o);
+        lo = l < lo ? l : lo;
+        hi = h > hi ? h : hi;
+    }
+    __syncthreads();
+    if (lane == 0) { plo[warp] = lo; phi[warp] = hi; }
+    __syncthreads();
+    lo = lane < nwarps ? plo[lane] : plo[0];
+    hi = lane < nwarps ? phi[lane] : phi[0];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const long long l = __shfl_xor_sync(0xffffffffu, lo, o), h = __shfl_xor_sync(0xffffffffu, hi, o);
+        lo = l < lo ? l : lo;
+        hi = h > hi ? h : hi;
+    }
+}
+
+// Record a failed range check (one thread per launch): the first failure since the host last looked is kept,
+// later ones leave it, so the error names the earliest bad op in stream order.
+__device__ __forceinline__ void report_range(long long* status, long long site, long long lo, long long hi) {
+    unsigned long long* first = reinterpret_cast<unsigned long long*>(status + STATUS_SITE);
+    if (atomicCAS(first, 0ull, (unsigned long long)site) == 0ull) {
+        status[STATUS_LO] = lo;
+        status[STATUS_HI] = hi;
+    }
+}
 }  // namespace gg

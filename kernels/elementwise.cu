@@ -1,7 +1,10 @@
-// kernels/elementwise.cu: pointwise activations, used through cupy.ElementwiseKernel(preamble=source(...)), so
-// CuPy does broadcasting, strides and the T in {float, double} generics; the operation strings live in one table,
-// gpugrad/backend/kernels.py ELEMENTWISE. Backward functions take what the forward saved (named per function).
-// Plus one raw kernel, bias_act_bwd: the fused activation backward + bias-gradient column sum.
+// kernels/elementwise.cu: pointwise activations as __device__ functions, used two ways:
+// - contiguous arrays: the raw kernel `pointwise<Op>` below, 16-byte vector loads and stores, several vectors per
+//   thread, grid-stride (an Op functor per launcher calls the same device functions);
+// - strided or broadcast arrays: cupy.ElementwiseKernel(preamble=source(...)), where CuPy does broadcasting, strides
+//   and the T in {float, double} generics; the operation strings live in one table, kernels.py ELEMENTWISE.
+// Backward functions take what the forward saved (named per function). Plus one more raw kernel, bias_act_bwd: the
+// fused activation backward + bias-gradient column sum.
 #include "common.cuh"
 
 // relu: y = max(x, 0) (NaN passes through, as torch); gx = gy * (y > 0), subgradient 0 at 0 as torch.
@@ -32,6 +35,14 @@ template <typename T> __device__ __forceinline__ T tanh_bwd(T y, T gy) { return 
 // Activation ids shared with kernels.py ACT_IDS (template arguments of bias_act_bwd).
 enum { GG_ACT_IDENTITY = 0, GG_ACT_RELU = 1, GG_ACT_GELU = 2, GG_ACT_SIGMOID = 3, GG_ACT_TANH = 4 };
 
+template <int ACT, typename T> __device__ __forceinline__ T act_fwd(T z) {
+    if constexpr (ACT == GG_ACT_RELU) return relu_fwd(z);
+    else if constexpr (ACT == GG_ACT_GELU) return gelu_fwd(z);
+    else if constexpr (ACT == GG_ACT_SIGMOID) return sigmoid_fwd(z);
+    else if constexpr (ACT == GG_ACT_TANH) return tanh_fwd(z);
+    else return z;
+}
+
 template <int ACT, typename T> __device__ __forceinline__ T act_bwd(T saved, T gy) {
     if constexpr (ACT == GG_ACT_RELU) return relu_bwd(saved, gy);
     else if constexpr (ACT == GG_ACT_GELU) return gelu_bwd(saved, gy);
@@ -61,4 +72,161 @@ bias_act_bwd(const T* __restrict__ saved, const T* __restrict__ gy, T* __restric
         }
     }
     gg::column_tile_store(acc, partial + (long long)blockIdx.y * cols, c, cols);
+}
+
+// ---- pointwise<Op>: every contiguous elementwise launch ----------------------------------------------------------
+// An Op names the element types of the kernel's four array slots (inputs a, b; outputs y, z), how many it uses,
+// whether b is a bias broadcast over the last axis (b[i % cols]) and whether y is also read (in place); its
+// static apply() is the scalar formula, calling the device functions above (as the ELEMENTWISE strings do).
+// Unused slots get any array of type T (the launcher passes a or y again) and are never touched.
+// kVecs, the 16-byte vectors (of Y) a thread handles per grid-stride step, gives each thread 64 bytes of loads in
+// flight whatever the op reads per element: 4 for a float activation, 2 for a backward, 1 for float dropout with
+// double randoms. More would only cost registers: 4 resident blocks per SM x 256 threads x 64 B is ~8.6 MB in
+// flight on 132 SMs, past the ~3.5 MB that H200's bandwidth x latency needs. (= kernels.py _launch_pointwise)
+template <typename A_, typename B_, typename Y_, typename Z_, int INPUTS, int OUTPUTS, bool BIAS = false,
+          bool IN_PLACE = false>
+struct PointwiseOp {
+    using A = A_;
+    using B = B_;
+    using Y = Y_;
+    using Z = Z_;
+    static constexpr int kInputs = INPUTS, kOutputs = OUTPUTS;
+    static constexpr bool kBias = BIAS, kInPlace = IN_PLACE;
+    static constexpr int kLoadBytes = sizeof(A) + (INPUTS > 1 ? sizeof(B) : 0) + (IN_PLACE ? sizeof(Y) : 0);
+    static constexpr int kVecs0 = 64 / (16 / sizeof(Y) * kLoadBytes);
+    static constexpr int kVecs = kVecs0 < 1 ? 1 : kVecs0 > 4 ? 4 : kVecs0;
+};
+
+// y = act(x); the identity activation is a plain copy (copy_, and gpugrad bench's vectorized-copy peak).
+template <typename T, int ACT> struct ActFwd : PointwiseOp<T, T, T, T, 1, 1> {
+    static __device__ __forceinline__ void apply(const T& x, const T&, T& y, T&, double, double) {
+        y = act_fwd<ACT>(x);
+    }
+};
+
+// gx = act'(saved) * gy.
+template <typename T, int ACT> struct ActBwd : PointwiseOp<T, T, T, T, 2, 1> {
+    static __device__ __forceinline__ void apply(const T& saved, const T& gy, T& gx, T&, double, double) {
+        gx = act_bwd<ACT>(saved, gy);
+    }
+};
+
+// z = x + b (b broadcast over the last axis), y = act(z); z is written only for gelu, whose backward needs it.
+template <typename T, int ACT> struct BiasActFwd : PointwiseOp<T, T, T, T, 2, ACT == GG_ACT_GELU ? 2 : 1, true> {
+    static __device__ __forceinline__ void apply(const T& x, const T& b, T& y, T& z, double, double) {
+        z = x + b;
+        y = act_fwd<ACT>(z);
+    }
+};
+
+// mask = u >= p (p rounded to u's type), y = mask ? x * scale : 0; u may be float64 beside float32 x.
+template <typename T, typename U> struct DropoutFwd : PointwiseOp<T, U, T, bool, 2, 2> {
+    static __device__ __forceinline__ void apply(const T& x, const U& u, T& y, bool& mask, double p, double scale) {
+        mask = u >= U(p);
+        y = mask ? x * T(scale) : T(0);
+    }
+};
+
+// gx = mask ? gy * scale : 0.
+template <typename T> struct DropoutBwd : PointwiseOp<T, bool, T, T, 2, 1> {
+    static __device__ __forceinline__ void apply(const T& gy, const bool& mask, T& gx, T&, double scale, double) {
+        gx = mask ? gy * T(scale) : T(0);
+    }
+};
+
+// acc += g, in place (y is acc).
+template <typename T> struct Accumulate : PointwiseOp<T, T, T, T, 1, 1, false, true> {
+    static __device__ __forceinline__ void apply(const T& g, const T&, T& acc, T&, double, double) { acc += g; }
+};
+
+// Launch shape, shared with kernels.py (_EW_BLOCK, _EW_MAX_GRID): 256-thread blocks; __launch_bounds__(256, 4)
+// caps registers at 64, so the 4 blocks per SM of the launchers' largest grid are all resident at once.
+enum { GG_EW_BLOCK = 256, GG_EW_MIN_BLOCKS = 4 };
+
+// pointwise: for every i < n, Op::apply(a[i], b[i or i % cols], y[i], z[i], s0, s1). All arrays C-contiguous with
+// n elements (b: cols < 2^31 when Op::kBias). Vector path when every used pointer is aligned to its Pack (and, for
+// a bias, cols is a multiple of the vector width, so a vector never straddles two rows): thread t of block k
+// handles the vectors k * U * B + u * B + t (u < U = Op::kVecs; coalesced per u) of each grid-stride step, then the
+// n % N tail elements one each; otherwise every element on the scalar path (grid-stride). T float/double (the Op
+// types above). Launch: block GG_EW_BLOCK exactly (its offsets are compile-time constants), grid from kernels.py
+// _pointwise_grid. Ops: the activations, bias_act_fwd, dropout, accumulate_, copy_.
+template <class Op>
+__global__ void __launch_bounds__(GG_EW_BLOCK, GG_EW_MIN_BLOCKS)
+pointwise(const typename Op::A* __restrict__ a, const typename Op::B* __restrict__ b, typename Op::Y* __restrict__ y,
+          typename Op::Z* __restrict__ z, long long n, long long cols, double s0, double s1) {
+    using A = typename Op::A;
+    using B = typename Op::B;
+    using Y = typename Op::Y;
+    using Z = typename Op::Z;
+    constexpr int N = gg::Vec<Y>::N, U = Op::kVecs, THREADS = GG_EW_BLOCK;
+    const long long threads = (long long)gridDim.x * THREADS;
+    const bool vec = gg::pack_aligned<N>(a) && gg::pack_aligned<N>(y) &&
+                     (Op::kInputs < 2 || (gg::pack_aligned<N>(b) && (!Op::kBias || cols % N == 0))) &&
+                     (Op::kOutputs < 2 || gg::pack_aligned<N>(z));
+    long long done = 0;  // elements the vector loop covered
+    if (vec) {
+        const long long nvec = n / N, stride = threads * U;  // vectors per grid-stride step
+        const long long first = (long long)blockIdx.x * THREADS * U + threadIdx.x;
+        // bias: the column of each slot's first element, advanced by dcol per step (one % per thread, not per vector)
+        unsigned col[U], dcol = 0;
+        if constexpr (Op::kBias) {
+            dcol = (unsigned)(stride * N % cols);
+#pragma unroll
+            for (int u = 0; u < U; ++u) col[u] = (unsigned)((first + u * THREADS) * N % cols);
+        }
+        for (long long v0 = first; v0 < nvec; v0 += stride) {
+            A av[U][N];
+            B bv[U][N];
+            Y yv[U][N];
+            Z zv[U][N];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {  // all loads first: U independent 16-byte loads per array in flight
+                const long long v = v0 + u * THREADS;
+                if (v < nvec) {
+                    gg::load_pack<N>(av[u], a + v * N);
+                    if constexpr (Op::kBias) gg::load_pack<N>(bv[u], b + col[u]);
+                    else if constexpr (Op::kInputs > 1) gg::load_pack<N>(bv[u], b + v * N);
+                    if constexpr (Op::kInPlace) gg::load_pack<N>(yv[u], y + v * N);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const long long v = v0 + u * THREADS;
+                if (v < nvec) {
+#pragma unroll
+                    for (int j = 0; j < N; ++j) Op::apply(av[u][j], bv[u][j], yv[u][j], zv[u][j], s0, s1);
+                    gg::store_pack<N>(y + v * N, yv[u]);
+                    if constexpr (Op::kOutputs > 1) gg::store_pack<N>(z + v * N, zv[u]);
+                }
+                if constexpr (Op::kBias) {
+                    col[u] += dcol;  // < 2 * cols < 2^32
+                    col[u] -= col[u] >= cols ? (unsigned)cols : 0u;
+                }
+            }
+        }
+        done = nvec * N;
+    }
+    // The tail (fewer than N elements) or, on the scalar path, everything.
+    const long long i0 = done + (long long)blockIdx.x * THREADS + threadIdx.x;
+    long long c = 0, dc = 0;
+    if constexpr (Op::kBias) {
+        c = i0 % cols;
+        dc = threads % cols;
+    }
+    for (long long i = i0; i < n; i += threads) {
+        A av = a[i];
+        B bv;
+        Y yv;
+        Z zv;
+        if constexpr (Op::kBias) bv = b[c];
+        else if constexpr (Op::kInputs > 1) bv = b[i];
+        if constexpr (Op::kInPlace) yv = y[i];
+        Op::apply(av, bv, yv, zv, s0, s1);
+        y[i] = yv;
+        if constexpr (Op::kOutputs > 1) z[i] = zv;
+        if constexpr (Op::kBias) {
+            c += dc;
+            c -= c >= cols ? cols : 0;
+        }
+    }
 }

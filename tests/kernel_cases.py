@@ -5,6 +5,11 @@ it updates in place. ``test_kernel_emulated.py`` runs every row through the CPU 
 Shapes are chosen around the launch shapes: columns 1, 31, 33 (a warp +- 1), 1000, 4097 (> 4096: a second
 register chunk for doubles and block 1024) and 8200 (> 8192: a second chunk for floats); rows 1, 3, 65 (65 rows
 make the column kernels split rows into two chunks, then sum the partials again); and empty arrays.
+The vectorized kernels add their own: pointwise sizes 1..9 and others that are not multiples of the vector width
+(4 floats, 2 doubles: a scalar tail), bias widths that are (a vector bias load) or are not; row kernels get short
+rows (1..32 columns for 1..65 rows: G lanes of a warp per row, several rows per block), the warp / block boundary
+(256 | 257 floats, 64 | 65 doubles) and long rows that are vector-aligned past the register cache (4100 floats,
+2052 doubles). OFFSET_SHAPES also run as views one element into a buffer: contiguous but not 16-byte aligned.
 """
 from __future__ import annotations
 
@@ -18,8 +23,17 @@ from gpugrad.backend import reference as ref
 
 ROWS = ((1, 1), (3, 31), (65, 33), (3, 1000), (1, 4097), (2, 8200), (0, 5), (3, 0))  # row kernels (rows, cols)
 COLUMNS = ((1, 1), (65, 33), (3, 1000), (300, 7), (1000, 3), (0, 5), (3, 0))  # several chunks and passes
-POINTWISE = ((1,), (65, 33), (4097,), (2, 3, 33), (0,))  # elementwise: any shape
-BIAS = ((1, 1), (65, 33), (2, 3, 33), (3, 1000), (0, 4), (3, 0))  # (..., C) with a bias of (C,)
+# elementwise: any shape (the middle one also runs strided)
+POINTWISE = ((1,), (2,), (3,), (4,), (5,), (6,), (65, 33), (7,), (8,), (9,), (4097,), (2, 3, 33), (0,))
+# (..., C) with a bias of (C,): C % 4 == 0 (a vector bias for both dtypes), C even (doubles only), C odd
+BIAS = ((1, 1), (3, 2), (2, 6), (65, 36), (2, 3, 8), (65, 33), (2, 3, 33), (3, 1000), (9, 4), (0, 4), (3, 0))
+# the row kernels of reduce.cu / norm.cu: ROWS, then short rows (a team of G lanes per row), the warp / block
+# boundary for floats (256 | 257) and doubles (64 | 65), vector-aligned rows past the register cache
+SHORT_ROWS = ((65, 1), (2, 2), (17, 3), (1, 4), (65, 5), (5, 7), (33, 8), (3, 9), (65, 16), (2, 17), (65, 32),
+              (7, 64), (9, 65), (4, 256), (4, 257))
+TEAM_ROWS = ROWS + SHORT_ROWS + ((2, 4100), (3, 2052))
+# also run as contiguous views at a one-element offset (not 16-byte aligned: the kernels' scalar paths)
+OFFSET_SHAPES = {(8,), (65, 33), (4097,), (2, 3, 8), (65, 36), (65, 32), (3, 1000), (2, 8200), (4, 256), (2, 2052)}
 FLAT = ((1,), (1000,), (65, 33), (4097,), (0,))  # optimizer buffers
 
 
@@ -118,38 +132,78 @@ def _softmax_family():
         x = _n(r, d, s)
         return (x, ref.logsumexp_fwd(np, x), _n(r, d, s[:1], 1.0)), {}
 
+    masked_rows = ROWS[1:4] + ((65, 5), (33, 8), (9, 65), (4, 257))  # short rows: teams of 2 and 4 lanes, warp, block
     return [
-        KernelCase("softmax_fwd", lambda r, d, s: ((_n(r, d, s),), {}), ROWS),
-        KernelCase("softmax_fwd", lambda r, d, s: ((masked(r, d, s),), {}), ROWS[1:4], variant="masked"),
-        KernelCase("softmax_bwd", lambda r, d, s: ((ref.softmax_fwd(np, _n(r, d, s)), _n(r, d, s, 1.0)), {}), ROWS),
-        KernelCase("log_softmax_fwd", lambda r, d, s: ((_n(r, d, s),), {}), ROWS),
-        KernelCase("log_softmax_fwd", lambda r, d, s: ((masked(r, d, s),), {}), ROWS[1:4], variant="masked"),
+        KernelCase("softmax_fwd", lambda r, d, s: ((_n(r, d, s),), {}), TEAM_ROWS),
+        KernelCase("softmax_fwd", lambda r, d, s: ((masked(r, d, s),), {}), masked_rows, variant="masked"),
+        KernelCase("softmax_bwd", lambda r, d, s: ((ref.softmax_fwd(np, _n(r, d, s)), _n(r, d, s, 1.0)), {}),
+                   TEAM_ROWS),
+        KernelCase("log_softmax_fwd", lambda r, d, s: ((_n(r, d, s),), {}), TEAM_ROWS),
+        KernelCase("log_softmax_fwd", lambda r, d, s: ((masked(r, d, s),), {}), masked_rows, variant="masked"),
         KernelCase("log_softmax_bwd",
-                   lambda r, d, s: ((ref.log_softmax_fwd(np, _n(r, d, s)), _n(r, d, s, 1.0)), {}), ROWS),
-        KernelCase("logsumexp_fwd", lambda r, d, s: ((_n(r, d, s),), {}), ROWS),
-        KernelCase("logsumexp_fwd", lambda r, d, s: ((np.full(s, -np.inf, d),), {}), ((3, 31),), variant="all-inf"),
+                   lambda r, d, s: ((ref.log_softmax_fwd(np, _n(r, d, s)), _n(r, d, s, 1.0)), {}), TEAM_ROWS),
+        KernelCase("logsumexp_fwd", lambda r, d, s: ((_n(r, d, s),), {}), TEAM_ROWS),
+        KernelCase("logsumexp_fwd", lambda r, d, s: ((np.full(s, -np.inf, d),), {}),
+                   ((3, 31), (65, 3), (9, 8), (2, 300)), variant="all-inf"),
         # |x| ~ 1e3: exp(x) overflows without the max subtraction
-        KernelCase("logsumexp_fwd", lambda r, d, s: ((_n(r, d, s, 1e3),), {}), ROWS[1:5], variant="large"),
-        KernelCase("softmax_fwd", lambda r, d, s: ((_n(r, d, s, 1e3),), {}), ROWS[1:5], variant="large"),
-        KernelCase("logsumexp_bwd", lse_inputs, ROWS),
+        KernelCase("logsumexp_fwd", lambda r, d, s: ((_n(r, d, s, 1e3),), {}), ROWS[1:5] + ((65, 5), (9, 65)),
+                   variant="large"),
+        KernelCase("softmax_fwd", lambda r, d, s: ((_n(r, d, s, 1e3),), {}), ROWS[1:5] + ((65, 5), (9, 65)),
+                   variant="large"),
+        KernelCase("logsumexp_bwd", lse_inputs, TEAM_ROWS),
         KernelCase("sum_rows", lambda r, d, s: ((_n(r, d, s, 1.0),), {}), COLUMNS),
     ]
 
 
+SITE = 7  # the site id the check rows record under
+
+
+def _status(earlier=False):
+    """Fresh status words (kernels/common.cuh), or words already holding another check's failure (site 3),
+    which a later failure must leave as they are."""
+    status = np.zeros(4, np.int64)
+    if earlier:
+        status[:3] = (3, -5, 99)
+    return status
+
+
 def _loss_cases():
     out = []
-    for name, sign in (("softmax_xent", 1), ("token_logprob", -1)):
-        for invalid in (False, True):
-            variant = "invalid-targets" if invalid else ""
-            out.append(KernelCase(f"{name}_fwd", lambda r, d, s, i=invalid: (
-                (_n(r, d, s), _targets(r, s[0], s[1], i)), {}), ROWS, variant=variant))
+    for name, reductions in (("softmax_xent", ("none", "sum", "mean")), ("token_logprob", (None,))):
+        for red in reductions:
+            red_args = () if red is None else (red,)
+            for invalid, earlier in ((False, False), (True, False), (True, True)):
+                if earlier and red not in (None, "mean"):
+                    continue
+                variant = "/".join(v for v in (red, invalid and "invalid-targets", earlier and "earlier-failure") if v)
+                out.append(KernelCase(f"{name}_fwd", lambda r, d, s, i=invalid, e=earlier, a=red_args: (
+                    (_n(r, d, s), _targets(r, s[0], s[1], i), *a, _status(e), SITE), {}), ROWS, variant=variant,
+                    inplace=(2 + len(red_args),)))
+                if earlier:
+                    continue
 
-            def make_bwd(r, d, s, i=invalid):
-                x, t = _n(r, d, s), _targets(r, s[0], s[1], i)
-                return (x, t, ref.logsumexp_fwd(np, x), _n(r, d, s[:1], 1.0)), {}
+                def make_bwd(r, d, s, i=invalid, a=red_args):
+                    x, t = _n(r, d, s), _targets(r, s[0], s[1], i)
+                    g = _n(r, d, () if a and a[0] != "none" else s[:1], 1.0)
+                    return (x, t, ref.logsumexp_fwd(np, x), g, *a), {}
 
-            out.append(KernelCase(f"{name}_bwd", make_bwd, ROWS, variant=variant))
+                out.append(KernelCase(f"{name}_bwd", make_bwd, ROWS, variant=variant))
     return out
+
+
+def _check_cases():
+    """check_index over int32 ids (the float32 runs) and int64 ids (float64), in [0, 50) or not."""
+    def make(r, d, s, invalid=False, earlier=False):
+        ids = r.integers(0, 50, s).astype(np.int32 if d == np.float32 else np.int64)
+        if invalid and ids.size >= 2:
+            ids.flat[0], ids.flat[-1] = -3, 54
+        return (ids, 50, _status(earlier), SITE), {}
+
+    shapes = ((1,), (65, 33), (4097,), (2, 3, 33), (70001,), (0,))  # 70001: 256 blocks of 256 threads loop
+    return [KernelCase("check_index", make, shapes, inplace=(2,)),
+            KernelCase("check_index", lambda r, d, s: make(r, d, s, True), shapes, variant="invalid", inplace=(2,)),
+            KernelCase("check_index", lambda r, d, s: make(r, d, s, True, True), shapes[:3], variant="earlier-failure",
+                       inplace=(2,))]
 
 
 def _layer_norm_cases():
@@ -164,10 +218,10 @@ def _layer_norm_cases():
         return (x, w, mean, rstd, _n(r, d, s, 1.0)), {}
 
     return [
-        KernelCase("layer_norm_fwd", fwd, ROWS),
-        KernelCase("layer_norm_fwd", lambda r, d, s: fwd(r, d, s, False), ROWS[:3], variant="no-affine"),
-        KernelCase("layer_norm_bwd", bwd, ROWS + ((300, 7),)),
-        KernelCase("layer_norm_bwd", lambda r, d, s: bwd(r, d, s, False), ROWS[:3], variant="no-affine"),
+        KernelCase("layer_norm_fwd", fwd, TEAM_ROWS),
+        KernelCase("layer_norm_fwd", lambda r, d, s: fwd(r, d, s, False), ROWS[:3] + ((65, 8),), variant="no-affine"),
+        KernelCase("layer_norm_bwd", bwd, TEAM_ROWS + ((300, 7),)),
+        KernelCase("layer_norm_bwd", lambda r, d, s: bwd(r, d, s, False), ROWS[:3] + ((65, 8),), variant="no-affine"),
     ]
 
 
@@ -195,17 +249,74 @@ def _optim_cases():
                for v, a in adams.items()])
 
 
+# Multi-tensor updates: a "shape" is the sizes of the row's tensors (1-D), one count per row (the in-place argument
+# positions depend on it). Odd sizes, empty and 1-element tensors, sizes past one block and past 4096; all empty
+# (Adam still counts the steps); MANY: more tensors than one launch takes (16), so two launches.
+MULTI = ((1, 0, 33, 4097, 5, 1000), (7, 1, 0, 0, 300, 2), (0, 0, 0, 0, 0, 0))
+MANY = ((3, 0, 1, 17, 2, 5, 1, 0, 9, 4, 1, 2, 0, 6, 1, 1, 8, 0, 3, 1),)
+
+
+def _multi_optim_cases():
+    def sgd(momentum, dampening, wd, nesterov):
+        def make(r, d, sizes):
+            ps, gs = [_n(r, d, (k,), 1.0) for k in sizes], [_n(r, d, (k,), 1.0) for k in sizes]
+            bufs = [_n(r, d, (k,), 0.1) for k in sizes] if momentum else []
+            first = [i % 3 == 1 for i in range(len(sizes))]  # some tensors at their first step, most not
+            return (np.array([0.1, momentum, dampening, wd, float(nesterov)]), first, *ps, *gs, *bufs), {}
+
+        return make
+
+    def adam(wd, decoupled):
+        def make(r, d, sizes):
+            ps, gs = [_n(r, d, (k,), 1.0) for k in sizes], [_n(r, d, (k,), 1.0) for k in sizes]
+            ms, vs = [_n(r, d, (k,), 0.1) for k in sizes], [np.abs(_n(r, d, (k,), 0.01)) for k in sizes]
+            steps = [np.array(r.integers(0, 12), np.int64) for _ in sizes]  # 0: this is the tensor's first step
+            return (np.array([1e-3, 0.9, 0.999, 1e-8, wd]), np.zeros(1, np.uint32), decoupled,
+                    *ps, *gs, *ms, *vs, *steps), {}
+
+        return make
+
+    def sgd_case(v, a, shapes):
+        n = len(shapes[0])
+        inplace = (*range(2, 2 + n), *(range(2 + 2 * n, 2 + 3 * n) if a[0] else ()))
+        return KernelCase("sgd_multi_update_", sgd(*a), shapes, variant=v, inplace=inplace)
+
+    def adam_case(v, a, shapes):
+        n = len(shapes[0])  # the ticket (left 0), parameters, moments and step counts
+        return KernelCase("adam_multi_update_", adam(*a), shapes, variant=v,
+                          inplace=(1, *range(3, 3 + n), *range(3 + 2 * n, 3 + 5 * n)))
+
+    sgds = {"plain": (0.0, 0.0, 0.0, False), "momentum": (0.9, 0.1, 0.01, False), "nesterov": (0.9, 0.0, 0.01, True)}
+    adams = {"adam": (0.0, False), "adam-l2": (0.01, False), "adamw": (0.01, True)}
+    return ([sgd_case(v, a, MULTI) for v, a in sgds.items()] + [adam_case(v, a, MULTI) for v, a in adams.items()]
+            + [sgd_case("momentum-many", sgds["momentum"], MANY), adam_case("adamw-many", adams["adamw"], MANY)])
+
+
 CASES = [
     *_activation_cases(),
     *_bias_act_cases(),
     *_dropout_cases(),
     KernelCase("accumulate_", lambda r, d, s: ((_n(r, d, s), _n(r, d, s)), {}), POINTWISE, inplace=(0,)),
+    KernelCase("copy_", lambda r, d, s: ((_n(r, d, s), _n(r, d, s)), {}), POINTWISE, inplace=(0,)),
     *_softmax_family(),
     *_loss_cases(),
+    *_check_cases(),
     *_layer_norm_cases(),
     *_optim_cases(),
+    *_multi_optim_cases(),
 ]
 
+
+
+def offset(a, xp=np):
+    """The same values in a C-contiguous view one element into a buffer: contiguous, but (for a 16-byte aligned
+    allocation) not 16-byte aligned, as ``buf[1:]``; ``xp`` is the array module of ``a``."""
+    if not isinstance(a, xp.ndarray) or a.ndim == 0:
+        return a
+    buf = xp.empty(a.size + 1, a.dtype)
+    view = buf[1:].reshape(a.shape)
+    view[...] = a
+    return view
 
 
 def strided(a, xp=np):

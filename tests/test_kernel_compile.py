@@ -48,3 +48,39 @@ ptxas info    : Used 40 registers, used 1 barriers, 256 bytes smem, 360 bytes cm
     assert u == {"stack": 16, "spill_stores": 8, "spill_loads": 4, "registers": 40, "smem": 256, "lmem": 0}
     usage = nvrtc_check.KernelUsage("f", "k<float>", **u)
     assert len(usage.problems) == 2
+
+
+def _vector_forms(name):
+    """The 16-byte load and store forms of a kernel's element type (the first template argument's, also the
+    output type of every pointwise Op)."""
+    ctype = name.split("<")[-1].split(",")[0].split(">")[0]
+    v = {"float": "v4.f32", "double": "v2.f64"}[ctype]
+    return f"ld.global.nc.{v}", f"st.global.{v}"
+
+
+def test_vectorized_kernels_issue_16_byte_accesses():
+    """Every pointwise<Op> and every row kernel of reduce.cu / norm.cu loads (and, but for logsumexp_fwd's one
+    value per row, stores) 16-byte vectors: float4 / double2 in the PTX."""
+    teams = {"softmax_fwd", "softmax_bwd", "log_softmax_fwd", "log_softmax_bwd", "logsumexp_fwd", "logsumexp_bwd",
+             "layer_norm_fwd", "layer_norm_bwd"}
+    checked = 0
+    for family in ("elementwise", "reduce", "norm"):
+        for name, forms in nvrtc_check.global_accesses(family).items():
+            base = name.split("<")[0]
+            if base != "pointwise" and base not in teams:
+                continue
+            load, store = _vector_forms(name)
+            assert load in forms, f"{family}:{name} has no {load}: {sorted(forms)}"
+            assert base == "logsumexp_fwd" or store in forms, f"{family}:{name} has no {store}: {sorted(forms)}"
+            checked += 1
+    assert checked == len(kernels.POINTWISE_OPS) + 2 * len(teams)
+
+
+def test_vectorized_and_row_kernels_keep_two_blocks_per_sm(results):
+    """pointwise<Op> fits 4 blocks of 256 threads per SM, the row kernels 2 of 512: at most 64 registers each
+    (65536 per SM), as their __launch_bounds__ ask."""
+    teams = set(kernels.RAW_KERNELS["reduce"] + kernels.RAW_KERNELS["norm"]) - {"sum_rows", "layer_norm_bwd_wb"}
+    for r in results:
+        for k in r.kernels:
+            if k.name.split("<")[0] in teams | {"pointwise"}:
+                assert 0 < k.registers <= 64, f"{k.family}:{k.name} uses {k.registers} registers"

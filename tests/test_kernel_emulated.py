@@ -1,7 +1,9 @@
 """Every CUDA kernel, run unchanged on the CPU emulator (gpugrad/testing/cuda_emu) through its real launcher and
-held to backend/reference.py: float32 and float64, sizes that are not multiples of the block, contiguous and
-strided inputs, under three thread schedules ("forward", "random", and "warp-reverse", which lets warps run ahead
-of each other between barriers so reuse of shared scratch without a barrier shows).
+held to backend/reference.py: float32 and float64, sizes that are not multiples of the block or of the vector
+width, contiguous, strided and misaligned (offset) inputs, under three thread schedules ("forward", "random", and
+"warp-reverse", which lets warps run ahead of each other between barriers so reuse of shared scratch without a
+barrier shows). The emulator fails a launch that makes a misaligned 16-byte access (common.cuh GG_CHECK_PACK), so
+the offset layouts prove the kernels' scalar paths take over where vectors cannot.
 Also, without the emulator: every kernel in kernels/*.cu has a launcher, a reference and a case, and launchers
 reject bad inputs by name.
 """
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from gpugrad.backend import kernels, reference
-from kernel_cases import CASES, DTYPES, TOLERANCE, rng_for, strided
+from kernel_cases import CASES, DTYPES, OFFSET_SHAPES, TOLERANCE, offset, rng_for, strided
 
 try:
     from gpugrad.testing.cuda_emu import EmuRuntime, EmulationError, compiler_available
@@ -33,7 +35,7 @@ class Recorder:
     """Wraps a runtime, recording which kernels a launcher requests and the launch shapes."""
 
     def __init__(self, rt):
-        self.rt, self.xp, self.used, self.launches = rt, rt.xp, set(), []
+        self.rt, self.xp, self.used, self.launches, self.names = rt, rt.xp, set(), [], []
 
     def raw_kernel(self, family, name_expr):
         k = self.rt.raw_kernel(family, name_expr)
@@ -42,6 +44,7 @@ class Recorder:
         def launch(grid, block, args, shared_mem=0):
             self.used.add(f"{family}:{base}")
             self.launches.append((base, tuple(grid), tuple(block)))
+            self.names.append(name_expr)
             return k(grid, block, args, shared_mem=shared_mem)
 
         return launch
@@ -51,6 +54,7 @@ class Recorder:
 
         def call(*args, **kwargs):
             self.used.add(f"ew:{name.removeprefix('gg_')}")
+            self.names.append(name)
             return k(*args, **kwargs)
 
         return call
@@ -65,12 +69,22 @@ def emu(request):
                       schedule=request.param, seed=0)
 
 
+def vectorized(case):
+    """Whether the case's launcher runs kernels with vector paths (elementwise.cu, reduce.cu, norm.cu)."""
+    return any(u.split(":")[0] in ("elementwise", "reduce", "norm") for u in kernels.USES[case.name])
+
+
+def layouts(case, shape, strided_too):
+    """C; strided where asked (and the case allows); offset for the OFFSET_SHAPES of the vectorized kernels."""
+    return (("C",) + (("strided",) if case.strided and strided_too else ())
+            + (("offset",) if shape in OFFSET_SHAPES and vectorized(case) else ()))
+
+
 def _instances():
     for case in CASES:
         for dtype in DTYPES:
             for i, shape in enumerate(case.shapes):
-                layouts = ("C", "strided") if case.strided and i == len(case.shapes) // 2 else ("C",)
-                for layout in layouts:
+                for layout in layouts(case, shape, i == len(case.shapes) // 2):
                     yield pytest.param(case, dtype, shape, layout,
                                        id=f"{case.id}-{np.dtype(dtype).name}-{'x'.join(map(str, shape))}-{layout}")
 
@@ -100,6 +114,8 @@ def run_case(rt, case, dtype, shape, layout):
     if layout == "strided":
         args = tuple(a if i in case.inplace else strided(a) for i, a in enumerate(args))
     k_args = [a.copy() if i in case.inplace and a is not None else a for i, a in enumerate(args)]
+    if layout == "offset":  # every array, in-place ones too: contiguous views the kernels write through
+        k_args = [offset(a) for a in k_args]
     r_args = [a.copy() if i in case.inplace and a is not None else a for i, a in enumerate(args)]
     rec = Recorder(rt)
     calls = kernels.CALLS[case.name]
@@ -123,13 +139,85 @@ def test_kernel_matches_reference(emu, case, dtype, shape, layout):
 
 @needs_emu
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_block_1024_and_multi_chunk_rows(emu, dtype):
-    """4097 columns take the largest block, and (for doubles) a second register chunk; 8200 for floats."""
+def test_block_512_and_multi_chunk_rows(emu, dtype):
+    """4097 / 2052 (doubles) and 8200 / 4100 (floats) columns take the largest block and more register chunks than
+    one, with scalar and vector accesses."""
     case = next(c for c in CASES if c.name == "softmax_fwd" and not c.variant)
-    cols = 4097 if dtype == np.float64 else 8200
-    rec = run_case(emu, case, dtype, (2, cols), "C")
-    assert rec.launches == [("softmax_fwd", (2,), (1024,))]
-    assert cols > 1024 * (32 // np.dtype(dtype).itemsize)  # more columns than the register cache holds
+    for cols in ((4097, 2052) if dtype == np.float64 else (8200, 4100)):
+        rec = run_case(emu, case, dtype, (2, cols), "C")
+        assert rec.launches == [("softmax_fwd", (2,), (512,))]
+        assert cols > 512 * kernels.TEAM_CACHE[np.dtype(dtype).itemsize]  # more than the register cache holds
+
+
+@needs_emu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["softmax_fwd", "log_softmax_bwd", "layer_norm_fwd"])
+def test_short_rows_share_blocks(emu, dtype, name):
+    """Rows up to 32 * K columns get G lanes of a warp each, 128 / G rows per 128-thread block."""
+    case = next(c for c in CASES if c.name == name and not c.variant)
+    k = kernels.TEAM_CACHE[np.dtype(dtype).itemsize]
+    for rows, cols, lanes in ((65, 1, 1), (65, 5, 1 if k == 8 else 4), (33, 8, 1 if k == 8 else 4),
+                              (65, 32, 4 if k == 8 else 16), (9, 32 * k, 32)):
+        rec = run_case(emu, case, dtype, (rows, cols), "C")
+        assert kernels.row_plan(cols, np.dtype(dtype).itemsize) == (lanes, 128)
+        assert rec.launches == [(name, (-(-rows // (128 // lanes)),), (128,))]
+    rec = run_case(emu, case, dtype, (3, 32 * k + 1), "C")  # one column more: a block per row
+    assert rec.launches == [(name, (3,), (64,))]
+
+
+@needs_emu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name, variant, shape", [
+    ("relu_fwd", "", (3, 4099)), ("gelu_bwd", "", (12291,)), ("accumulate_", "", (3, 4099)),
+    ("dropout_fwd", "u=float64", (12290,)), ("bias_act_fwd", "relu", (300, 36)), ("bias_act_fwd", "gelu", (301, 33)),
+])
+@pytest.mark.parametrize("layout", ["C", "offset"])
+def test_pointwise_grid_stride_steps(emu, monkeypatch, dtype, name, variant, shape, layout):
+    """With the grid capped at 1 or 3 blocks, every thread loops over several grid-stride steps (the bias column
+    advanced per step without a modulo), on the vector and (offset) the scalar path."""
+    case = next(c for c in CASES if c.name == name and c.variant == variant)
+    for blocks in (1, 3):
+        monkeypatch.setattr(kernels, "_EW_MAX_GRID", blocks)
+        rec = run_case(emu, case, dtype, shape, layout)
+        assert [(g, b) for _, g, b in rec.launches] == [((blocks,), (kernels._EW_BLOCK,))]
+
+
+@needs_emu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_contiguous_arrays_take_the_vectorized_kernel(emu, dtype):
+    """Contiguous (and offset) arrays: pointwise<Op>; strided or broadcast ones: the ElementwiseKernel."""
+    c = kernels.CTYPES[np.dtype(dtype).name]
+    x, gy = np.linspace(-2, 2, 4 * 33, dtype=dtype).reshape(4, 33), np.ones((4, 33), dtype)
+    runs = {
+        "relu_fwd": ((x,), f"pointwise<ActFwd<{c}, 1>>", "gg_relu_fwd"),
+        "tanh_bwd": ((x, gy), f"pointwise<ActBwd<{c}, 4>>", "gg_tanh_bwd"),
+        "bias_act_fwd": ((x, x[0], "gelu"), f"pointwise<BiasActFwd<{c}, 2>>", "gg_bias_gelu_fwd"),
+        "dropout_fwd": ((x, 0.5, gy), f"pointwise<DropoutFwd<{c}, {c}>>", "gg_dropout_fwd"),
+        "dropout_bwd": ((gy, x > 0, 0.5), f"pointwise<DropoutBwd<{c}>>", "gg_dropout_bwd"),
+        "accumulate_": ((gy.copy(), x), f"pointwise<Accumulate<{c}>>", "gg_accumulate_"),
+        "copy_": ((gy.copy(), x), f"pointwise<ActFwd<{c}, 0>>", "gg_copy_"),
+    }
+    for name, (args, raw, ew) in runs.items():
+        for layout, want in (("C", raw), ("offset", raw), ("strided", ew)):
+            lay = offset if layout == "offset" else strided if layout == "strided" else (lambda a: a)
+            laid = [lay(a) if i != 0 or name not in ("accumulate_", "copy_") or layout == "offset" else a.copy()
+                    for i, a in enumerate(args)]
+            rec = Recorder(emu)
+            with kernels.use_runtime(rec):
+                getattr(kernels, name)(np, *laid)
+            assert rec.names == [want], f"{name} {layout}"
+
+
+@needs_emu
+@pytest.mark.parametrize("shape", [(1, 1), (65, 33), (300, 7), (1000, 3)])  # one chunk, two, and two passes
+def test_bias_and_weight_gradients_own_their_memory(emu, shape):
+    """Column sums come back as fresh (cols,) arrays (.base None): a view would make the engine copy it."""
+    x, gy = np.ones(shape), np.ones(shape)
+    with kernels.use_runtime(emu):
+        outs = [kernels.sum_rows(np, gy), kernels.bias_act_bwd(np, x, gy, "relu")[1],
+                *kernels.layer_norm_bwd(np, x, np.ones(shape[1]), np.zeros(shape[0]), np.ones(shape[0]), gy)[1:]]
+    for out in outs:
+        assert out.shape == (shape[1],) and out.base is None and out.flags.c_contiguous
 
 
 @needs_emu
@@ -169,7 +257,7 @@ def test_every_kernel_has_a_launcher_reference_and_case():
         assert name in kernels.RAW_KERNELS[family], f"{g} missing from kernels.RAW_KERNELS (NVRTC check, RawModule)"
     ew_used = {u.removeprefix("ew:") for u in used if u.startswith("ew:")}
     ops = " ".join(kernels.ELEMENTWISE[k][2] for k in ew_used)
-    assert {d for d in device_ops if not re.search(rf"\b{d}\s*\(", ops)} - {"act_bwd"} == set(), \
+    assert {d for d in device_ops if not re.search(rf"\b{d}\s*\(", ops)} - {"act_fwd", "act_bwd"} == set(), \
         "device functions no ElementwiseKernel operation calls"
     assert set(kernels.ELEMENTWISE) - ew_used == set(), "ELEMENTWISE entries no launcher uses"
     cased = {c.name for c in CASES}
@@ -179,11 +267,25 @@ def test_every_kernel_has_a_launcher_reference_and_case():
         assert name in cased, f"no case for {name} in tests/kernel_cases.py"
 
 
-def test_bias_act_bwd_is_reached_through_act_bwd():
-    """act_bwd is the only device function not named in an operation: bias_act_bwd calls every *_bwd through it."""
+def test_raw_kernels_reach_the_activations_through_act_fwd_and_act_bwd():
+    """act_fwd / act_bwd are the only device functions not named in an operation: the raw kernels (pointwise<Op>,
+    bias_act_bwd) call every activation's forward and backward through them."""
     text = (kernels.kernel_dir() / "elementwise.cu").read_text()
-    body = text[text.index("act_bwd(T saved"):text.index("__global__")]
-    assert all(f"{a}_bwd(" in body for a in ("relu", "gelu", "sigmoid", "tanh"))
+    body = text[text.index("act_fwd(T z"):text.index("__global__")]
+    assert all(f"{a}_{d}(" in body for a in ("relu", "gelu", "sigmoid", "tanh") for d in ("fwd", "bwd"))
+
+
+def test_launch_constants_match_the_kernels():
+    """The launchers' block sizes and register caches are the ones the kernels are compiled for."""
+    ew, red, norm, common = (
+        (kernels.kernel_dir() / f).read_text() for f in ("elementwise.cu", "reduce.cu", "norm.cu", "common.cuh"))
+    assert f"GG_EW_BLOCK = {kernels._EW_BLOCK}," in ew
+    bounds = set(re.findall(r"__launch_bounds__\((\d+), 2\)", red + norm))
+    assert bounds == {str(kernels.ROW_BLOCK_MAX)}
+    assert "TeamCache { static constexpr int K = sizeof(T) == 4 ? %d : %d; }" % (
+        kernels.TEAM_CACHE[4], kernels.TEAM_CACHE[8]) in common
+    assert kernels.POINTWISE_OPS and all(f"pointwise<{op}>" in kernels.NAME_EXPRESSIONS["elementwise"]
+                                         for op in kernels.POINTWISE_OPS)
 
 
 @pytest.mark.parametrize("name", sorted(kernels.USES))
@@ -227,6 +329,16 @@ def test_sources_point_errors_at_the_cu_files():
         first = kernels.source(family).splitlines()[0]
         assert first == f'#line 1 "{kernels.kernel_dir() / family}.cu"'
     assert not any(o.startswith("-I") for o in kernels.OPTIONS)  # headers are inlined (test_kernel_source.py)
+
+
+def test_row_plan():
+    """(lanes, block): G lanes of a warp for rows up to 32 * K columns (K = 8 floats / 2 doubles), else a block of
+    64..512 threads."""
+    assert [kernels.row_plan(c, 4) for c in (0, 1, 8, 9, 32, 33, 256, 257, 512, 513, 4096, 10**6)] == [
+        (1, 128), (1, 128), (1, 128), (2, 128), (4, 128), (8, 128), (32, 128), (0, 64), (0, 64), (0, 128),
+        (0, 512), (0, 512)]
+    assert [kernels.row_plan(c, 8) for c in (1, 2, 3, 64, 65, 128, 129, 1024, 1025)] == [
+        (1, 128), (1, 128), (2, 128), (32, 128), (0, 64), (0, 64), (0, 128), (0, 512), (0, 512)]
 
 
 def test_row_block_sizes():

@@ -453,7 +453,7 @@ def test_losses_match_numpy():
 @pytest.mark.parametrize("act", ["relu", "gelu", "tanh", "sigmoid"])
 def test_mlp_fused_path_matches_unfused(act):
     gpugrad.manual_seed(1)
-    a = nn.MLP([5, 7, 6, 3], activation=act, device=CPU).double()
+    a = nn.MLP([5, 7, 6, 3], activation=act, fused=False, device=CPU).double()
     b = nn.MLP([5, 7, 6, 3], activation=act, fused=True, device=CPU).double()
     b.load_state_dict(a.state_dict())
     assert [n for n, _ in a.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]

@@ -26,7 +26,7 @@ import math
 import pathlib
 import re
 
-from gpugrad.backend.reference import opmath_all
+from gpugrad.backend.reference import REDUCTIONS, opmath_all
 
 CALLS: collections.Counter = collections.Counter()  # launcher name -> launches; proves the kernel path ran
 
@@ -48,7 +48,7 @@ def kernel_dir() -> pathlib.Path:
 # tests/test_dtype_layout.py). float16 inputs never meet it: they are computed in float32, where every float16
 # (subnormals included) is a normal number.
 OPTIONS = ("-std=c++17",)
-FAMILIES = ("elementwise", "reduce", "loss", "norm", "optim")
+FAMILIES = ("elementwise", "reduce", "loss", "norm", "optim", "check")
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b")
@@ -103,22 +103,37 @@ ACT_IDS = {"identity": 0, "relu": 1, "gelu": 2, "sigmoid": 3, "tanh": 4}  # = GG
 
 # Raw kernels per family; each is a template instantiated for float and double (bias_act_bwd also per activation).
 RAW_KERNELS = {
-    "elementwise": ("bias_act_bwd",),
+    "elementwise": ("bias_act_bwd", "pointwise"),
     "reduce": ("softmax_fwd", "softmax_bwd", "log_softmax_fwd", "log_softmax_bwd", "logsumexp_fwd", "logsumexp_bwd",
                "sum_rows"),
     "loss": ("softmax_xent_fwd", "softmax_xent_bwd"),
     "norm": ("layer_norm_fwd", "layer_norm_bwd", "layer_norm_bwd_wb"),
-    "optim": ("sgd_update_", "adam_update_"),
+    "optim": ("sgd_update_", "adam_update_", "sgd_multi_update_", "adam_multi_update_"),
+    "check": ("check_index",),  # instantiated per index type (INDEX_CTYPES), not per float type
 }
+INDEX_CTYPES = {"int32": "int", "int64": "long long"}
 
 
 def _expr(kernel: str, ctype: str, act: str | None = None) -> str:
     return f"{kernel}<{ctype}, {ACT_IDS[act]}>" if act else f"{kernel}<{ctype}>"
 
 
+# The Op functors pointwise<Op> is instantiated for (elementwise.cu): every activation's forward (the identity is
+# copy_) and backward, bias + activation, dropout (randoms u in either float type) and accumulate_.
+POINTWISE_OPS = tuple(op for c in CTYPES.values() for op in (
+    *(f"ActFwd<{c}, {i}>" for i in ACT_IDS.values()),
+    *(f"ActBwd<{c}, {i}>" for a, i in ACT_IDS.items() if a != "identity"),
+    *(f"BiasActFwd<{c}, {i}>" for i in ACT_IDS.values()),
+    *(f"DropoutFwd<{c}, {u}>" for u in CTYPES.values()),
+    f"DropoutBwd<{c}>", f"Accumulate<{c}>"))
+
+
 def _instantiations(kernel):
+    if kernel == "pointwise":
+        return [f"pointwise<{op}>" for op in POINTWISE_OPS]
     acts = ACT_IDS if kernel == "bias_act_bwd" else (None,)
-    return [_expr(kernel, c, a) for c in CTYPES.values() for a in acts]
+    ctypes = INDEX_CTYPES if kernel in RAW_KERNELS["check"] else CTYPES
+    return [_expr(kernel, c, a) for c in ctypes.values() for a in acts]
 
 
 # Every template instantiation the launchers use: CuPy's RawModule name_expressions and the NVRTC check.
@@ -143,25 +158,32 @@ ELEMENTWISE = {
     "dropout_fwd": ("T x, U u, U p, T scale", "T y, bool mask", "mask = u >= p; y = mask ? x * scale : T(0)"),
     "dropout_bwd": ("T gy, bool mask, T scale", "T gx", "gx = mask ? gy * scale : T(0)"),
     "accumulate_": ("T g", "T acc", "acc += g"),
+    "copy_": ("T src", "T dst", "dst = src"),
 }
 
 # launcher -> the kernels it launches ("family:kernel" raw, "ew:key" ELEMENTWISE); tests check both directions.
 USES = {
-    **{f"{a}_{d}": (f"ew:{a}_{d}",) for a in ("relu", "gelu", "sigmoid", "tanh") for d in ("fwd", "bwd")},
-    "bias_act_fwd": tuple(f"ew:bias_{a}_fwd" for a in ACT_IDS),
+    # pointwise launchers: the vectorized raw kernel for contiguous arrays, the ElementwiseKernel for the rest
+    **{f"{a}_{d}": ("elementwise:pointwise", f"ew:{a}_{d}") for a in ("relu", "gelu", "sigmoid", "tanh")
+       for d in ("fwd", "bwd")},
+    "bias_act_fwd": ("elementwise:pointwise", *(f"ew:bias_{a}_fwd" for a in ACT_IDS)),
     "bias_act_bwd": ("elementwise:bias_act_bwd", "reduce:sum_rows"),
-    "dropout_fwd": ("ew:dropout_fwd",),
-    "dropout_bwd": ("ew:dropout_bwd",),
-    "accumulate_": ("ew:accumulate_",),
+    "dropout_fwd": ("elementwise:pointwise", "ew:dropout_fwd"),
+    "dropout_bwd": ("elementwise:pointwise", "ew:dropout_bwd"),
+    "accumulate_": ("elementwise:pointwise", "ew:accumulate_"),
+    "copy_": ("elementwise:pointwise", "ew:copy_"),
     **{k: (f"reduce:{k}",) for k in RAW_KERNELS["reduce"]},
     "softmax_xent_fwd": ("loss:softmax_xent_fwd",),
     "softmax_xent_bwd": ("loss:softmax_xent_bwd",),
     "token_logprob_fwd": ("loss:softmax_xent_fwd",),
     "token_logprob_bwd": ("loss:softmax_xent_bwd",),
+    "check_index": ("check:check_index",),
     "layer_norm_fwd": ("norm:layer_norm_fwd",),
     "layer_norm_bwd": ("norm:layer_norm_bwd", "norm:layer_norm_bwd_wb", "reduce:sum_rows"),
     "sgd_update_": ("optim:sgd_update_",),
     "adam_update_": ("optim:adam_update_",),
+    "sgd_multi_update_": ("optim:sgd_multi_update_",),
+    "adam_multi_update_": ("optim:adam_multi_update_",),
 }
 
 
@@ -268,6 +290,32 @@ def row_block(cols: int, itemsize: int) -> int:
     return block
 
 
+ROW_BLOCK_MAX = 512  # = __launch_bounds__(512, 2) of the reduce.cu / norm.cu row kernels: two blocks per SM
+_TEAM_BLOCK = 128  # threads per block when lanes of a warp own short rows: 128 / G rows per block
+TEAM_CACHE = {4: 8, 8: 2}  # itemsize -> elements a thread holds per row chunk (= common.cuh TeamCache<T>::K)
+
+
+def row_plan(cols: int, itemsize: int) -> tuple:
+    """(lanes, block) for the reduce.cu / norm.cu row kernels (common.cuh RowTeam). Rows that 32 lanes can hold
+    in registers (cols <= 32 * K, K = TEAM_CACHE: 8 floats / 2 doubles) get G lanes of a warp, G the
+    smallest power of two that holds the row, in blocks of 128 threads: short rows leave no lanes idle and
+    reduce with shuffles only (no shared memory, no barriers). Longer rows get a block each (lanes 0), the
+    smallest power of two in [64, 512] threads that holds the row; past 512 threads they loop over chunks."""
+    need = -(-cols // TEAM_CACHE[itemsize])  # threads that hold the row in one register chunk
+    pow2 = 1 << max(need - 1, 0).bit_length()  # the smallest power of two >= need
+    return (pow2, _TEAM_BLOCK) if need <= 32 else (0, min(max(pow2, 64), ROW_BLOCK_MAX))
+
+
+def _launch_team_rows(rt, family, kernel, x, arrays, *scalars):
+    """A reduce.cu / norm.cu row kernel over the rows of the 2-D x: args (*arrays, rows, cols, lanes, *scalars)."""
+    rows, cols = x.shape
+    if rows:
+        lanes, block = row_plan(cols, x.dtype.itemsize)
+        grid = rows if lanes == 0 else -(-rows // (block // lanes))
+        rt.raw_kernel(family, _expr(kernel, CTYPES[x.dtype.name]))(
+            (grid,), (block,), (*arrays, rows, cols, lanes, *scalars))
+
+
 _COL_TARGET_BLOCKS = 2048  # ~2 waves of 256-thread blocks on a 132-SM H100/H200
 _COL_MIN_ROWS = 64  # rows per chunk below which another partial-sum pass costs more than it saves
 
@@ -281,16 +329,29 @@ def _column_plan(rows, cols):
     return (col_blocks, -(-rows // per_chunk)), per_chunk
 
 
+def _column_out(rt, grid, cols, dtype):
+    """(dst, result) for a column kernel launched on ``grid``. One row chunk: dst is a (1, cols) view of a fresh
+    (cols,) result, which the kernel writes straight into. Several: dst holds the (chunks, cols) partials and
+    result is None (_column_sum adds them).
+    NOTE: a result that owns its memory (.base None) matters: a reshaped (1, cols) partial is a view, which the
+    autograd engine must treat as shared and copy before accumulating into it (one more launch per bias per step)."""
+    if grid[1] == 1:
+        result = rt.empty((cols,), dtype)
+        return result.reshape(1, cols), result
+    return rt.empty((grid[1], cols), dtype), None
+
+
 def _column_sum(rt, g):
-    """Deterministic sum over axis 0 of a C-contiguous 2-D array with rows, cols > 0 (one or more passes)."""
+    """Deterministic sum over axis 0 of a C-contiguous 2-D array with rows, cols > 0 (one or more passes), as a
+    fresh (cols,) array."""
     rows, cols = g.shape
     while True:
         grid, per_chunk = _column_plan(rows, cols)
-        out = rt.empty((grid[1], cols), g.dtype)
-        rt.raw_kernel("reduce", _expr("sum_rows", CTYPES[g.dtype.name]))(grid, (32, 8), (g, out, rows, cols, per_chunk))
-        if grid[1] == 1:
-            return out.reshape(cols)
-        g, rows = out, grid[1]
+        dst, result = _column_out(rt, grid, cols, g.dtype)
+        rt.raw_kernel("reduce", _expr("sum_rows", CTYPES[g.dtype.name]))(grid, (32, 8), (g, dst, rows, cols, per_chunk))
+        if result is not None:
+            return result
+        g, rows = dst, grid[1]
 
 
 def _ew(key):
@@ -306,43 +367,78 @@ def _launch_rows(rt, family, kernel, x, args):
 
 
 # ---- elementwise --------------------------------------------------------------------------------------------
-def _pointwise(name, *arrays):
-    _check_float(name, *arrays)
+# Contiguous arrays take the vectorized raw kernel pointwise<Op> (elementwise.cu); strided, broadcast and other
+# layouts the ElementwiseKernel of the same formula. (A contiguous view at an odd offset takes the raw kernel,
+# whose scalar path handles pointers that are not 16-byte aligned.)
+_EW_BLOCK = 256  # = GG_EW_BLOCK in elementwise.cu
+# Grid: at most one full wave of an H200, 132 SMs x 4 resident blocks (which __launch_bounds__(256, 4) guarantees
+# by capping registers at 64); each thread then loops grid-stride. Smaller arrays get one block per 256 x kVecs
+# vectors. More blocks than fit at once would only add a partial second wave; a GPU with fewer SMs runs this grid
+# in a few waves.
+_EW_MAX_GRID = 132 * 4
+
+
+def _contiguous(*arrays):
+    return all(a.flags.c_contiguous for a in arrays)
+
+
+def _launch_pointwise(op, a, b, outs, cols=1, s0=0.0, s1=0.0, in_place=False):
+    """pointwise<op> over the C-contiguous a (and b) into the C-contiguous outs, (y,) or (y, z); returns y or
+    (y, z). Unused slots get a and y again (the kernel never touches them)."""
+    y = outs[0]
+    if y.size:
+        per_vector = 16 // y.itemsize  # elements of one 16-byte vector; vectors per thread as PointwiseOp::kVecs:
+        loads = per_vector * (a.itemsize + (0 if b is None else b.itemsize) + (y.itemsize if in_place else 0))
+        per_block = _EW_BLOCK * max(1, min(4, 64 // loads))  # 64 bytes of loads in flight per thread
+        grid = (min(-(-max(1, y.size // per_vector) // per_block), _EW_MAX_GRID),)
+        runtime().raw_kernel("elementwise", f"pointwise<{op}>")(
+            grid, (_EW_BLOCK,), (a, a if b is None else b, y, outs[-1], y.size, int(cols), float(s0), float(s1)))
+    return y if len(outs) == 1 else tuple(outs)
+
+
+def _activation(name, *arrays):
+    """<act>_fwd (x) or <act>_bwd (saved, gy) -> a new array of their shape."""
+    ctype = _check_float(name, *arrays)
     _check_shapes(name, arrays[0].shape, *arrays)
     CALLS[name] += 1
-    return _ew(name)(*arrays)
+    if not _contiguous(*arrays):
+        return _ew(name)(*arrays)
+    act, direction = name.rsplit("_", 1)
+    op = f"{'ActFwd' if direction == 'fwd' else 'ActBwd'}<{ctype}, {ACT_IDS[act]}>"
+    y = runtime().empty(arrays[0].shape, arrays[0].dtype)
+    return _launch_pointwise(op, arrays[0], arrays[1] if len(arrays) > 1 else None, (y,))
 
 
 def relu_fwd(xp, x):
-    return _pointwise("relu_fwd", x)
+    return _activation("relu_fwd", x)
 
 
 def relu_bwd(xp, y, gy):
-    return _pointwise("relu_bwd", y, gy)
+    return _activation("relu_bwd", y, gy)
 
 
 def gelu_fwd(xp, x):
-    return _pointwise("gelu_fwd", x)
+    return _activation("gelu_fwd", x)
 
 
 def gelu_bwd(xp, x, gy):
-    return _pointwise("gelu_bwd", x, gy)
+    return _activation("gelu_bwd", x, gy)
 
 
 def sigmoid_fwd(xp, x):
-    return _pointwise("sigmoid_fwd", x)
+    return _activation("sigmoid_fwd", x)
 
 
 def sigmoid_bwd(xp, y, gy):
-    return _pointwise("sigmoid_bwd", y, gy)
+    return _activation("sigmoid_bwd", y, gy)
 
 
 def tanh_fwd(xp, x):
-    return _pointwise("tanh_fwd", x)
+    return _activation("tanh_fwd", x)
 
 
 def tanh_bwd(xp, y, gy):
-    return _pointwise("tanh_bwd", y, gy)
+    return _activation("tanh_bwd", y, gy)
 
 
 def _check_act(name, act):
@@ -353,10 +449,15 @@ def _check_act(name, act):
 def bias_act_fwd(xp, x, b, act):
     """(y, saved) with y = act(x + b), b (C,) broadcast over x's last axis; saved = z = x + b for gelu, else y."""
     _check_act("bias_act_fwd", act)
-    _check_float("bias_act_fwd", x, b)
+    ctype = _check_float("bias_act_fwd", x, b)
     if x.ndim < 1 or b.shape != (x.shape[-1],):
         raise ValueError(f"bias_act_fwd: expected x (..., C) and b (C,), got {_describe([x, b])}")
     CALLS["bias_act_fwd"] += 1
+    if _contiguous(x, b) and x.shape[-1] < 2**31:  # (the kernel's bias columns are 32-bit)
+        rt = runtime()
+        y = rt.empty(x.shape, x.dtype)
+        z = rt.empty(x.shape, x.dtype) if act == "gelu" else y
+        return _launch_pointwise(f"BiasActFwd<{ctype}, {ACT_IDS[act]}>", x, b, (y, z), cols=max(1, x.shape[-1]))
     out = _ew(f"bias_{act}_fwd")(x, b)
     return out if act == "gelu" else (out, out)
 
@@ -379,11 +480,10 @@ def bias_act_bwd(xp, x_or_y, gy, act):
     saved2 = rt.ascontiguousarray(x_or_y).reshape(rows, cols)
     gy2 = rt.ascontiguousarray(gy).reshape(rows, cols)
     grid, per_chunk = _column_plan(rows, cols)
-    partial = rt.empty((grid[1], cols), gy.dtype)
+    partial, gb = _column_out(rt, grid, cols, gy.dtype)
     rt.raw_kernel("elementwise", _expr(name, ctype, act))(
         grid, (32, 8), (saved2, gy2, gz.reshape(rows, cols), partial, rows, cols, per_chunk))
-    gb = partial.reshape(cols) if grid[1] == 1 else _column_sum(rt, partial)
-    return gz, gb
+    return gz, (gb if gb is not None else _column_sum(rt, partial))
 
 
 def _dropout_scale(name, p):
@@ -395,33 +495,54 @@ def _dropout_scale(name, p):
 
 def dropout_fwd(xp, x, p, u):
     """(y, mask): mask = u >= p (bool), y = x * mask / (1 - p); u uniform [0, 1) randoms of x's shape."""
-    _check_float("dropout_fwd", x)
-    _check_float("dropout_fwd", u)
+    ctype, utype = _check_float("dropout_fwd", x), _check_float("dropout_fwd", u)
     _check_shapes("dropout_fwd", x.shape, u)
     scale = _dropout_scale("dropout_fwd", p)
     CALLS["dropout_fwd"] += 1
+    if _contiguous(x, u):
+        rt = runtime()
+        y, mask = rt.empty(x.shape, x.dtype), rt.empty(x.shape, bool)
+        return _launch_pointwise(f"DropoutFwd<{ctype}, {utype}>", x, u, (y, mask), s0=float(p), s1=scale)
     # NOTE: p is compared in u's dtype and scale applied in x's, exactly as the reference does.
     return _ew("dropout_fwd")(x, u, u.dtype.type(p), x.dtype.type(scale))
 
 
 def dropout_bwd(xp, gy, mask, p):
     """gx = gy * mask / (1 - p)."""
-    _check_float("dropout_bwd", gy)
+    ctype = _check_float("dropout_bwd", gy)
     _check_shapes("dropout_bwd", gy.shape, mask)
     if mask.dtype != bool:
         mask = mask.astype(bool)
     scale = _dropout_scale("dropout_bwd", p)
     CALLS["dropout_bwd"] += 1
+    if _contiguous(gy, mask):
+        return _launch_pointwise(f"DropoutBwd<{ctype}>", gy, mask, (runtime().empty(gy.shape, gy.dtype),), s0=scale)
     return _ew("dropout_bwd")(gy, mask, gy.dtype.type(scale))
 
 
 def accumulate_(xp, acc, g):
     """acc += g in place (same shape and dtype); returns acc."""
-    _check_float("accumulate_", acc, g)
+    ctype = _check_float("accumulate_", acc, g)
     _check_shapes("accumulate_", acc.shape, g)
     CALLS["accumulate_"] += 1
-    _ew("accumulate_")(g, acc)
+    if _contiguous(acc, g):
+        _launch_pointwise(f"Accumulate<{ctype}>", g, None, (acc,), in_place=True)
+    else:
+        _ew("accumulate_")(g, acc)
     return acc
+
+
+def copy_(xp, dst, src):
+    """dst[...] = src in place (same shape and dtype); returns dst. Contiguous arrays take the vectorized kernel
+    (the identity activation), which ``gpugrad bench`` also times as the vectorized-copy bandwidth peak."""
+    ctype = _check_float("copy_", dst, src)
+    _check_shapes("copy_", dst.shape, src)
+    CALLS["copy_"] += 1
+    if _contiguous(dst, src):
+        _launch_pointwise(f"ActFwd<{ctype}, {ACT_IDS['identity']}>", src, None, (dst,))
+    else:
+        _ew("copy_")(src, dst)
+    return dst
 
 
 # ---- row reductions (reduce.cu) -----------------------------------------------------------------------------
@@ -442,42 +563,42 @@ def _rows_in(name, x, like=(), row_vectors=(), col_vectors=()):
 def softmax_fwd(xp, x):
     rt, x = _rows_in("softmax_fwd", x)
     y = rt.empty(x.shape, x.dtype)
-    _launch_rows(rt, "reduce", "softmax_fwd", x, (x, y, x.shape[1]))
+    _launch_team_rows(rt, "reduce", "softmax_fwd", x, (x, y))
     return y
 
 
 def softmax_bwd(xp, y, gy):
     rt, y, gy = _rows_in("softmax_bwd", y, [gy])
     gx = rt.empty(y.shape, y.dtype)
-    _launch_rows(rt, "reduce", "softmax_bwd", y, (y, gy, gx, y.shape[1]))
+    _launch_team_rows(rt, "reduce", "softmax_bwd", y, (y, gy, gx))
     return gx
 
 
 def log_softmax_fwd(xp, x):
     rt, x = _rows_in("log_softmax_fwd", x)
     y = rt.empty(x.shape, x.dtype)
-    _launch_rows(rt, "reduce", "log_softmax_fwd", x, (x, y, x.shape[1]))
+    _launch_team_rows(rt, "reduce", "log_softmax_fwd", x, (x, y))
     return y
 
 
 def log_softmax_bwd(xp, y, gy):
     rt, y, gy = _rows_in("log_softmax_bwd", y, [gy])
     gx = rt.empty(y.shape, y.dtype)
-    _launch_rows(rt, "reduce", "log_softmax_bwd", y, (y, gy, gx, y.shape[1]))
+    _launch_team_rows(rt, "reduce", "log_softmax_bwd", y, (y, gy, gx))
     return gx
 
 
 def logsumexp_fwd(xp, x):
     rt, x = _rows_in("logsumexp_fwd", x)
     lse = rt.empty((x.shape[0],), x.dtype)
-    _launch_rows(rt, "reduce", "logsumexp_fwd", x, (x, lse, x.shape[1]))
+    _launch_team_rows(rt, "reduce", "logsumexp_fwd", x, (x, lse))
     return lse
 
 
 def logsumexp_bwd(xp, x, lse, glse):
     rt, x, lse, glse = _rows_in("logsumexp_bwd", x, row_vectors=[lse, glse])
     gx = rt.empty(x.shape, x.dtype)
-    _launch_rows(rt, "reduce", "logsumexp_bwd", x, (x, lse, glse, gx, x.shape[1]))
+    _launch_team_rows(rt, "reduce", "logsumexp_bwd", x, (x, lse, glse, gx))
     return gx
 
 
@@ -490,49 +611,114 @@ def sum_rows(xp, g):
     return _column_sum(rt, g)
 
 
-# ---- losses (loss.cu) ---------------------------------------------------------------------------------------
+# ---- losses (loss.cu) and range checks (check.cu) ---------------------------------------------------------------
+# Both record a failed range check in a device's status words (common.cuh; gpugrad/backend/deferred.py keeps one
+# array per device) under a site id, instead of a host sync. status None: a throwaway (nobody reads the record).
+STATUS_WORDS = 4  # = gg::STATUS_WORDS
+_CHECK_BLOCK = 256  # = check_index's __launch_bounds__; its grid is at most one block's worth of partials
+
+
+def _check_status(name, status):
+    if status is not None and (status.dtype != "int64" or status.shape != (STATUS_WORDS,)
+                               or not status.flags.c_contiguous):
+        raise ValueError(f"{name}: status must be a C-contiguous int64 array of {STATUS_WORDS} words, "
+                         f"got {_describe([status])}")
+
+
+def _status(rt, status):
+    return rt.zeros((STATUS_WORDS,), "int64") if status is None else status
+
+
+def _check_reduction(name, reduction):
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{name}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
+def _divisor(reduction, rows):
+    """The kernels' reduction parameter: 0 no reduction, else the sum is divided by it (1 'sum', rows 'mean')."""
+    return {"none": 0.0, "sum": 1.0, "mean": float(rows)}[reduction]
+
+
 def _check_targets(name, x, t):
     if t.dtype.kind not in "iu":
         raise TypeError(f"{name}: expected integer class ids, got {_describe([t])}")
     _check_shapes(name, x.shape[:1], t)
 
 
-def _xent_fwd(name, x, t, sign):
+def _xent_fwd(name, x, t, sign, reduction, status, site):
     _check_targets(name, x, t)
+    _check_reduction(name, reduction)
+    _check_status(name, status)
     rt, x = _rows_in(name, x)
+    rows = x.shape[0]
     t = rt.ascontiguousarray(t.astype("int64", copy=False))
-    out, lse = rt.empty((x.shape[0],), x.dtype), rt.empty((x.shape[0],), x.dtype)
-    _launch_rows(rt, "loss", "softmax_xent_fwd", x, (x, t, out, lse, x.shape[1], sign))
-    return out, lse
+    loss, lse = rt.empty((rows,), x.dtype), rt.empty((rows,), x.dtype)
+    total = loss if reduction == "none" else rt.empty((), x.dtype)
+    if rows == 0:  # no launch: the sum of no rows is 0, their mean NaN (0 / 0)
+        if reduction != "none":
+            total[...] = 0.0 if reduction == "sum" else math.nan
+        return total, lse
+    _launch_rows(rt, "loss", "softmax_xent_fwd", x, (x, t, loss, lse, total, _status(rt, status), x.shape[1], sign,
+                                                     _divisor(reduction, rows), int(site)))
+    return total, lse
 
 
-def _xent_bwd(name, x, t, lse, g, sign):
+def _xent_bwd(name, x, t, lse, g, sign, reduction):
     _check_targets(name, x, t)
-    rt, x, lse, g = _rows_in(name, x, row_vectors=[lse, g])
+    _check_reduction(name, reduction)
+    if reduction == "none":
+        rt, x, lse, g = _rows_in(name, x, row_vectors=[lse, g])
+    else:  # the 0-d upstream gradient of the sum or mean, read by the kernel
+        _check_float(name, x, g)
+        _check_shapes(name, (), g)
+        rt, x, lse = _rows_in(name, x, row_vectors=[lse])
+        g = rt.ascontiguousarray(g)
     t = rt.ascontiguousarray(t.astype("int64", copy=False))
     gx = rt.empty(x.shape, x.dtype)
-    _launch_rows(rt, "loss", "softmax_xent_bwd", x, (x, t, lse, g, gx, x.shape[1], sign))
+    _launch_rows(rt, "loss", "softmax_xent_bwd", x,
+                 (x, t, lse, g, gx, x.shape[1], sign, _divisor(reduction, x.shape[0])))
     return gx
 
 
-def softmax_xent_fwd(xp, x, t):
-    """(loss, lse), loss_i = lse_i - x[i, t_i]; NaN where t_i is outside [0, cols) (checked by the op on CPU)."""
-    return _xent_fwd("softmax_xent_fwd", x, t, 1.0)
+def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0):
+    """(loss, lse), loss_i = lse_i - x[i, t_i], reduced ('none' | 'sum' | 'mean': 0-d) in the same launch; NaN
+    rows where t_i is outside [0, cols), recorded in status under site."""
+    return _xent_fwd("softmax_xent_fwd", x, t, 1.0, reduction, status, site)
 
 
-def softmax_xent_bwd(xp, x, t, lse, gloss):
-    """gx = gloss_i * (softmax(x)_i - onehot(t_i)); NaN rows for invalid targets."""
-    return _xent_bwd("softmax_xent_bwd", x, t, lse, gloss, 1.0)
+def softmax_xent_bwd(xp, x, t, lse, gloss, reduction="none"):
+    """gx = g_i * (softmax(x)_i - onehot(t_i)), g_i = gloss_i ('none') or gloss / rows ('mean', 0-d gloss) or gloss
+    ('sum'); NaN rows for invalid targets."""
+    return _xent_bwd("softmax_xent_bwd", x, t, lse, gloss, 1.0, reduction)
 
 
-def token_logprob_fwd(xp, x, t):
+def token_logprob_fwd(xp, x, t, status=None, site=0):
     """(logp, lse), logp_i = x[i, t_i] - lse_i = log_softmax(x)[i, t_i] (the cross-entropy kernel, sign -1)."""
-    return _xent_fwd("token_logprob_fwd", x, t, -1.0)
+    return _xent_fwd("token_logprob_fwd", x, t, -1.0, "none", status, site)
 
 
 def token_logprob_bwd(xp, x, t, lse, glogp):
     """gx = glogp_i * (onehot(t_i) - softmax(x)_i)."""
-    return _xent_bwd("token_logprob_bwd", x, t, lse, glogp, -1.0)
+    return _xent_bwd("token_logprob_bwd", x, t, lse, glogp, -1.0, "none")
+
+
+def check_index(xp, ids, n, status, site):
+    """Record (site, min, max) in status when an id of ``ids`` (any shape and layout) lies outside [0, n)."""
+    name = "check_index"
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected integer ids, got {_describe([ids])}")
+    _check_status(name, status)
+    rt = runtime()
+    CALLS[name] += 1
+    if ids.size == 0:
+        return
+    if ids.dtype.name not in INDEX_CTYPES:
+        ids = ids.astype("int64")
+    ids = rt.ascontiguousarray(ids).reshape(-1)
+    grid = min(-(-ids.size // _CHECK_BLOCK), _CHECK_BLOCK)
+    partial = rt.empty((2 * grid,), "int64")
+    rt.raw_kernel("check", _expr(name, INDEX_CTYPES[ids.dtype.name]))(
+        (grid,), (_CHECK_BLOCK,), (ids, partial, _status(rt, status), ids.size, int(n), int(site)))
 
 
 # ---- layer norm (norm.cu) -----------------------------------------------------------------------------------
@@ -551,7 +737,7 @@ def layer_norm_fwd(xp, x, w, b, eps):
     w, b = _filled_if_none(rt, w, x, 1), _filled_if_none(rt, b, x, 0)
     y = rt.empty(x.shape, x.dtype)
     mean, rstd = rt.empty((x.shape[0],), x.dtype), rt.empty((x.shape[0],), x.dtype)
-    _launch_rows(rt, "norm", name, x, (x, w, b, y, mean, rstd, x.shape[1], float(eps)))
+    _launch_team_rows(rt, "norm", name, x, (x, w, b, y, mean, rstd), float(eps))
     return y, mean, rstd
 
 
@@ -562,15 +748,15 @@ def layer_norm_bwd(xp, x, w, mean, rstd, gy):
     w = _filled_if_none(rt, w, x, 1)
     rows, cols = x.shape
     gx = rt.empty(x.shape, x.dtype)
-    _launch_rows(rt, "norm", name, x, (x, w, mean, rstd, gy, gx, cols))
+    _launch_team_rows(rt, "norm", name, x, (x, w, mean, rstd, gy, gx))
     if rows == 0 or cols == 0:
         return gx, rt.zeros((cols,), x.dtype), rt.zeros((cols,), x.dtype)
     grid, per_chunk = _column_plan(rows, cols)
-    pw, pb = rt.empty((grid[1], cols), x.dtype), rt.empty((grid[1], cols), x.dtype)
+    (pw, gw), (pb, gb) = _column_out(rt, grid, cols, x.dtype), _column_out(rt, grid, cols, x.dtype)
     rt.raw_kernel("norm", _expr("layer_norm_bwd_wb", CTYPES[x.dtype.name]))(
         grid, (32, 8), (x, mean, rstd, gy, pw, pb, rows, cols, per_chunk))
-    if grid[1] == 1:
-        return gx, pw.reshape(cols), pb.reshape(cols)
+    if gw is not None:
+        return gx, gw, gb
     return gx, _column_sum(rt, pw), _column_sum(rt, pb)
 
 
@@ -626,6 +812,93 @@ def adam_update_(xp, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, deco
                                     1.0 - float(lr) * float(weight_decay), int(bool(decoupled)), float(lr) / bc1,
                                     bc2 ** 0.5))
     _write_back((p, m, v), (wp, wm, wv))
+
+
+
+# Multi-tensor updates: every parameter of one (device, dtype) in ceil(n / _MT_SLOTS) launches, the tensors' pointers
+# and sizes passed as kernel arguments (no device-side table, so a new gradient buffer costs no transfer and a
+# captured CUDA graph holds the whole step), hyperparameters read from a device array (see optim.Optimizer).
+_MT_SLOTS = 16  # = GG_MT_SLOTS in optim.cu
+
+
+def _multi_in(name, hyper, n, tensors, float_runs, counts=False):
+    """Validate a multi-tensor call whose ``tensors`` are runs of n arrays: parameters, gradients, then state
+    arrays (``float_runs`` counts allowed for these float runs), then int64 0-d step counts when ``counts``.
+    Returns (runtime, C type, contiguous hyper, runs, write-backs): parameters and states are updated in place, in
+    contiguous work copies for non-contiguous ones (the (array, copy) write-backs), gradients may have any layout."""
+    n_runs = len(tensors) // n if n else 0
+    if len(tensors) != n_runs * n or (n and n_runs - counts not in float_runs):
+        kinds = " or ".join(str(k + counts) for k in float_runs)
+        raise ValueError(f"{name}: expected {kinds} runs of {n} arrays, got {len(tensors)} arrays")
+    runs = [list(tensors[k * n:(k + 1) * n]) for k in range(n_runs)]
+    floats = runs[:len(runs) - counts]
+    ctype = _check_float(name, *(a for run in floats for a in run)) if n else None
+    for i in range(n):
+        _check_shapes(name, runs[0][i].shape, *(run[i] for run in floats[1:]))
+    if counts and any(s.dtype != "int64" or s.shape != () for s in runs[-1]):
+        raise TypeError(f"{name}: step counts must be int64 0-d arrays, got {_describe(runs[-1])}")
+    if hyper.dtype != "float64" or hyper.shape != (5,):  # the kernels read hyper[0..4]
+        raise TypeError(f"{name}: hyper must be a float64 array of shape (5,), got {_describe([hyper])}")
+    rt = runtime()
+    CALLS[name] += 1
+    back = []
+
+    def work(a):
+        if a.flags.c_contiguous:
+            return a
+        back.append((a, rt.ascontiguousarray(a)))
+        return back[-1][1]
+
+    runs = [[rt.ascontiguousarray(a) for a in run] if k == 1 else [work(a) for a in run] for k, run in enumerate(runs)]
+    return rt, ctype, rt.ascontiguousarray(hyper), runs, back
+
+
+def _multi_launch(rt, name, ctype, head, slots, sizes, null_slot, always, back):
+    """``head`` arguments, then _MT_SLOTS slots (tensors of ``sizes`` elements) per launch, ``null_slot`` padding
+    the last; then the write-backs. A launch whose tensors are all empty is skipped unless ``always`` (Adam still
+    counts the step of an empty tensor)."""
+    for c in range(0, len(slots), _MT_SLOTS):
+        chunk, total = slots[c:c + _MT_SLOTS], sum(sizes[c:c + _MT_SLOTS])
+        if total or always:
+            args = head + tuple(a for s in chunk for a in s) + null_slot * (_MT_SLOTS - len(chunk))
+            grid = (max(1, min(-(-total // _OPTIM_BLOCK), _OPTIM_MAX_GRID)),)
+            rt.raw_kernel("optim", _expr(name, ctype))(grid, (_OPTIM_BLOCK,), args)
+    for a, w in back:
+        a[...] = w
+
+
+def sgd_multi_update_(xp, hyper, first_steps, *tensors):
+    """sgd_update_ of n = len(first_steps) tensors at once: ``tensors`` = n parameters, their n gradients and, for
+    momentum, their n momentum buffers (given buffers mean momentum is applied); ``hyper`` = float64 [lr, momentum,
+    dampening, weight_decay, nesterov] on the device, read by the kernel; ``first_steps[i]``: buffer i starts as d."""
+    name = "sgd_multi_update_"
+    n = len(first_steps)
+    rt, ctype, hyper, runs, back = _multi_in(name, hyper, n, tensors, (2, 3))
+    bufs = runs[2] if len(runs) == 3 else [None] * n
+    slots = [(p, g, b, p.size, int(bool(f))) for p, g, b, f in zip(runs[0], runs[1], bufs, first_steps)]
+    _multi_launch(rt, name, ctype, (hyper,), slots, [p.size for p in runs[0]], (None, None, None, 0, 0), False, back)
+
+
+def adam_multi_update_(xp, hyper, ticket, decoupled, *tensors):
+    """adam_update_ of n tensors at once: ``tensors`` = n parameters, n gradients, n exp_avg, n exp_avg_sq and n
+    step counts (int64 0-d arrays, the steps taken so far: this is step count + 1, and every count advances by one,
+    on the device); ``hyper`` = float64 [lr, beta1, beta2, eps, weight_decay] on the device, read by the kernel;
+    ``ticket``: a zero uint32 (1,) array the kernel counts finished blocks in (left 0), or None for a fresh one."""
+    name = "adam_multi_update_"
+    rt, ctype, hyper, runs, back = _multi_in(name, hyper, len(tensors) // 5, tensors, (4,), counts=True)
+    if ticket is None:
+        ticket = rt.zeros((1,), "uint32")
+    elif ticket.dtype != "uint32" or ticket.shape != (1,):
+        raise TypeError(f"{name}: ticket must be a uint32 array of shape (1,), got {_describe([ticket])}")
+    slots = [(p, g, m, v, s, p.size) for p, g, m, v, s in zip(*runs)]
+    _multi_launch(rt, name, ctype, (hyper, ticket, int(bool(decoupled))), slots, [s[-1] for s in slots],
+                  (None,) * 5 + (0,), True, back)
+
+
+def set_hyper_(xp, hyper, values):
+    """hyper[:] = values (a host float64 array of the same shape) by an asynchronous copy on the current stream:
+    a few bytes, no host sync, no kernel. The optimizers call it only when a hyperparameter changed."""
+    hyper.set(values, stream=xp.cuda.get_current_stream())
 
 
 opmath_all(globals())  # float16 in float32, exactly as the references (reference.opmath)

@@ -34,12 +34,13 @@ _HALF, _FLOAT = np.dtype(np.float16), np.dtype(np.float32)
 # mean or rstd loses the digits that xhat = (x - mean) * rstd needs, and a float16 lse (|lse| ~ 10) shifts every
 # probability exp(x - lse) of the cross-entropy gradient by up to ~4 float16 ulps.
 _KEEP_FLOAT32 = {"layer_norm_fwd": (1, 2), "softmax_xent_fwd": (1,), "token_logprob_fwd": (1,)}
-_IN_PLACE = {"accumulate_": 0}  # the argument a function updates in place (and returns)
+_IN_PLACE = {"accumulate_": 0, "copy_": 0}  # the argument a function updates in place (and returns)
 # Optimizer updates refuse float16 parameters instead of computing them in float32 in place: p and the state would
 # still be stored in float16, where Adam's (1 - beta2) * g^2 rounds to 0 for |g| < ~5e-3 (float16 stops at 6e-8;
 # then lr * m / eps explodes) and a step below half an ulp of p (p ~ 1: |lr * d| < 5e-4) is rounded away, so
 # training stalls or diverges silently. float32 master parameters (.float()) are the standard fix.
-_UPDATES = {"sgd_update_": "SGD", "adam_update_": "Adam/AdamW"}
+_UPDATES = {"sgd_update_": "SGD", "adam_update_": "Adam/AdamW", "sgd_multi_update_": "SGD",
+            "adam_multi_update_": "Adam/AdamW"}
 
 
 def float16_params_error(optimizer, shape, dtype) -> TypeError:
@@ -69,7 +70,8 @@ def opmath(fn):
         if not any(getattr(a, "dtype", None) == _HALF for a in args):
             return fn(xp, *args, **params)
         if name in _UPDATES:
-            raise float16_params_error(f"{_UPDATES[name]} ({name})", args[0].shape, args[0].dtype)
+            half = next(a for a in args if getattr(a, "dtype", None) == _HALF)  # multi-tensor: not args[0]
+            raise float16_params_error(f"{_UPDATES[name]} ({name})", half.shape, half.dtype)
         first = next(a for a in args if hasattr(a, "dtype"))
         wide = tuple(a.astype(_FLOAT) if getattr(a, "dtype", None) == _HALF else a for a in args)
         out = fn(xp, *wide, **params)
@@ -170,6 +172,11 @@ def accumulate_(xp, acc, g):
     return acc
 
 
+def copy_(xp, dst, src):
+    dst[...] = src
+    return dst
+
+
 # ---- row reductions over the last axis of a 2-D array ----------------------------------------------------------
 def _max_for_shift(xp, x):
     """Row max, keepdims; 0 for all -inf rows so that x - m stays -inf (not NaN) and the row's lse is -inf."""
@@ -214,7 +221,25 @@ def sum_rows(xp, g):
     return g.sum(axis=0)
 
 
-# ---- losses -----------------------------------------------------------------------------------------------------
+# ---- losses and device-side range checks --------------------------------------------------------------------------
+# A failed range check is recorded, not raised, in `status` (int64, kernels/common.cuh STATUS_WORDS): the first
+# failure's site id and the min and max of the ids it saw; an earlier failure is kept. None: no record.
+REDUCTIONS = ("none", "sum", "mean")
+
+
+def _record_range(status, site, ids, n):
+    if status is None or not ids.size or int(status[0]) != 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= n:
+        status[:3] = (site, lo, hi)
+
+
+def check_index(xp, ids, n, status, site):
+    """Record (site, min, max) in status when an id of ``ids`` (any shape) lies outside [0, n)."""
+    _record_range(status, site, ids, n)
+
+
 def _picked(xp, x, t):
     """(x[i, t_i], valid_i); out-of-range ids are never used as indices."""
     rows, cols = x.shape
@@ -224,17 +249,30 @@ def _picked(xp, x, t):
     return x[xp.arange(rows), xp.where(valid, t, 0)], valid
 
 
-def softmax_xent_fwd(xp, x, t):
-    """(loss, lse): loss_i = lse_i - x[i, t_i], NaN where t_i is outside [0, cols)."""
+def _reduce(xp, loss, reduction):
+    """'none': the rows; 'sum' / 'mean': a 0-d array (the mean of no rows is NaN, as torch's 0 / 0)."""
+    if reduction == "none":
+        return loss
+    total = xp.asarray(loss.sum())
+    if reduction == "sum":
+        return total
+    return total / _s(loss, loss.shape[0]) if loss.shape[0] else xp.full((), xp.nan, loss.dtype)
+
+
+def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0):
+    """(loss, lse): loss_i = lse_i - x[i, t_i], NaN where t_i is outside [0, cols) (recorded in status), reduced
+    by ``reduction``; lse per row."""
     lse = logsumexp_fwd(xp, x)
     xt, valid = _picked(xp, x, t)
-    return xp.where(valid, lse - xt, _s(x, xp.nan)), lse
+    _record_range(status, site, t, x.shape[1])
+    return _reduce(xp, xp.where(valid, lse - xt, _s(x, xp.nan)), reduction), lse
 
 
-def token_logprob_fwd(xp, x, t):
+def token_logprob_fwd(xp, x, t, status=None, site=0):
     """(logp, lse): logp_i = x[i, t_i] - lse_i = log_softmax(x)[i, t_i], NaN where t_i is out of range."""
     lse = logsumexp_fwd(xp, x)
     xt, valid = _picked(xp, x, t)
+    _record_range(status, site, t, x.shape[1])
     return xp.where(valid, xt - lse, _s(x, xp.nan)), lse
 
 
@@ -246,7 +284,10 @@ def _xent_grad(xp, x, t, lse, g):
     return g[:, None] * (xp.exp(x - lse[:, None]) - onehot.astype(x.dtype))
 
 
-def softmax_xent_bwd(xp, x, t, lse, gloss):
+def softmax_xent_bwd(xp, x, t, lse, gloss, reduction="none"):
+    """gloss: (rows,) for 'none', 0-d for 'sum' and 'mean' (whose rows each get gloss / rows)."""
+    if reduction != "none":
+        gloss = xp.broadcast_to(gloss / _s(gloss, max(x.shape[0], 1)) if reduction == "mean" else gloss, t.shape)
     return _xent_grad(xp, x, t, lse, gloss)
 
 
@@ -287,9 +328,14 @@ def layer_norm_bwd(xp, x, w, mean, rstd, gy):
 def sgd_update_(xp, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
     """torch.optim.SGD: d = g + wd * p; buf = d (first step) or momentum * buf + (1 - dampening) * d;
     d = d + momentum * buf (nesterov) or buf; p -= lr * d."""
+    _sgd(p, g, buf if momentum != 0 else None, lr, momentum, dampening, weight_decay, nesterov, first_step)
+
+
+def _sgd(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
+    """sgd_update_ of one tensor; buf None: no momentum."""
     # In-place updates (same roundings as the out-of-place formulas): the CPU step allocates only d's temporaries.
     d = g + _s(p, weight_decay) * p if weight_decay != 0 else g
-    if momentum != 0:
+    if buf is not None:
         mom = _s(p, momentum)
         if first_step:
             buf[...] = d
@@ -320,5 +366,42 @@ def adam_update_(xp, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, deco
     v += _s(p, 1.0 - beta2) * g * g
     p += _s(p, -lr / bc1) * (m / (xp.sqrt(v) / _s(p, bc2**0.5) + _s(p, eps)))
 
+
+
+# Multi-tensor updates (kernels.py: one launch per 16 tensors): the per-tensor math over runs of n arrays, the
+# hyperparameters read from `hyper` and Adam's step counts kept in int64 0-d arrays, as the kernels do on the device.
+def _runs(name, tensors, n, kinds):
+    """``tensors`` as its runs of n arrays (parameters, gradients, states), there being one of ``kinds`` runs."""
+    if len(tensors) != n * (len(tensors) // n if n else 0) or (n and len(tensors) // n not in kinds):
+        raise ValueError(f"{name}: expected {' or '.join(map(str, kinds))} runs of {n} arrays, got {len(tensors)}")
+    return [tensors[k * n:(k + 1) * n] for k in range(len(tensors) // n if n else 0)]
+
+
+def sgd_multi_update_(xp, hyper, first_steps, *tensors):
+    """sgd_update_ of n = len(first_steps) tensors: ``tensors`` = n parameters, n gradients and, for momentum, n
+    momentum buffers (given buffers mean momentum is applied); hyper = [lr, momentum, dampening, weight_decay,
+    nesterov] (float64); ``first_steps[i]``: buffer i starts as d."""
+    runs = _runs("sgd_multi_update_", tensors, len(first_steps), (2, 3))
+    lr, momentum, dampening, weight_decay, nesterov = (float(h) for h in hyper)
+    for i, first in enumerate(first_steps):
+        buf = runs[2][i] if len(runs) == 3 else None
+        _sgd(runs[0][i], runs[1][i], buf, lr, momentum, dampening, weight_decay, nesterov != 0, first)
+
+
+def adam_multi_update_(xp, hyper, ticket, decoupled, *tensors):
+    """adam_update_ of n tensors: ``tensors`` = n parameters, n gradients, n exp_avg, n exp_avg_sq and n step counts
+    (int64 0-d arrays, the steps taken so far: this is step count + 1, and each count advances by one);
+    hyper = [lr, beta1, beta2, eps, weight_decay] (float64); ``ticket``: the kernel's block counter (unused here)."""
+    runs = _runs("adam_multi_update_", tensors, len(tensors) // 5, (5,))
+    lr, beta1, beta2, eps, weight_decay = (float(h) for h in hyper)
+    for p, g, m, v, step in zip(*runs):
+        t = int(step) + 1
+        adam_update_(xp, p, g, m, v, t, lr, beta1, beta2, eps, weight_decay, decoupled)
+        step[...] = t
+
+
+def set_hyper_(xp, hyper, values):
+    """hyper[:] = values (the CUDA version is an asynchronous host-to-device copy)."""
+    hyper[...] = values
 
 opmath_all(globals())

@@ -128,7 +128,11 @@ def format_device(result, env):
 
 def _format_kernels(result):
     d, pk = result["device"], result["peak_bandwidth"]
-    out = [f"peak bandwidth: {pk['gbs']:.1f} GB/s (copy of {fmt_bytes(pk['copy_bytes'])}, IQR {_spread(pk)})",
+    out = [f"peak bandwidth: {pk['gbs']:.1f} GB/s (copy of {fmt_bytes(pk['copy_bytes'])}, IQR {_spread(pk)})"
+           if "vector_copy" not in pk else  # a GPU: the larger of cudaMemcpy and gpugrad's float4 copy kernel
+           f"peak bandwidth: {pk['gbs']:.1f} GB/s, the larger of two copies of {fmt_bytes(pk['copy_bytes'])}: "
+           f"cudaMemcpy {pk['memcpy']['gbs']:.1f} GB/s (IQR {_spread(pk['memcpy'])}), float4 copy kernel "
+           f"{pk['vector_copy']['gbs']:.1f} GB/s (IQR {_spread(pk['vector_copy'])})",
            f"kernels ({'NumPy references' if d == 'cpu' else 'CUDA kernels'}), "
            f"{'x'.join(map(str, result['config']['shape']))} {result['kernels'][0]['dtype']}:"]
     out.append(_table(["kernel", "family", "bytes", "time", "IQR", "GB/s", "of peak"],

@@ -412,27 +412,51 @@ def peak_copy(backend, nbytes):
     return (lambda: xp.copyto(dst, src)), 2 * src.nbytes
 
 
-def run_kernels(inputs, timer, copy, cases=KERNELS, tick=None):
+def peak_vector_copy(backend, nbytes):
+    """(fn, bytes moved) of the same copy through gpugrad's float4 copy kernel (``kernels.copy_``: the vectorized
+    pointwise kernel with the identity op), or None on the CPU. A cudaMemcpy does not always reach what a kernel's
+    16-byte loads and stores do, and a kernel cannot beat a copy that moves the same bytes the same way, so on a
+    GPU the kernels are held to the larger of the two peaks."""
+    if backend.name == "cpu":
+        return None
+    xp = backend.xp
+    src = xp.ones(max(1, nbytes // 4), dtype=np.float32)
+    dst = xp.zeros_like(src)
+    copy_ = backend.kernels.copy_
+    return (lambda: copy_(xp, dst, src)), 2 * src.nbytes
+
+
+def run_kernels(inputs, timer, copy, cases=KERNELS, tick=None, vector_copy=None):
     """(rows, peak): per kernel case the bytes moved, median time and IQR, GB/s and the fraction of the peak.
 
     ``copy`` = (fn, bytes) of the peak copy, sampled interleaved with every kernel, so the peak (the median of all
-    those samples) and the kernels see the same machine; on a shared CPU their ratio is what holds."""
-    copy_fn, copy_moved = copy
-    rows, copy_samples = [], []
+    those samples) and the kernels see the same machine; on a shared CPU their ratio is what holds.
+    ``vector_copy`` (GPU: :func:`peak_vector_copy`) is sampled the same way; then ``peak`` also has "memcpy" and
+    "vector_copy" entries, and its "gbs" (the fractions' reference) and timing are the faster of the two."""
+    peaks = {"copy": copy, **({"vector_copy": vector_copy} if vector_copy else {})}
+    rows, samples = [], {k: [] for k in peaks}
     for case in cases:
         fn, args = kernel_workload(case, "kernel", inputs)
         out = fn()  # also the first warm-up; its outputs give the bytes written
         nbytes = bytes_moved(args, out, case.inplace)
         del out
-        t = timer.many({"kernel": fn, "copy": copy_fn})
-        copy_samples += t["copy"].samples
+        t = timer.many({"kernel": fn, **{k: f for k, (f, _) in peaks.items()}})
+        for k in peaks:
+            samples[k] += t[k].samples
         k = t["kernel"]
         rows.append({"name": case.id, "family": case.family, "shape": list(inputs.shape),
                      "dtype": inputs.dtype.name, "bytes": nbytes, **k.as_dict(), "gbs": nbytes / k.median / 1e9})
         if tick:
             tick(case.id)
-    peak_t = Timing(tuple(copy_samples))
-    peak = {"copy_bytes": copy_moved // 2, "gbs": copy_moved / peak_t.median / 1e9, **peak_t.as_dict()}
+    found = {}
+    for k, (_, moved) in peaks.items():
+        pt = Timing(tuple(samples[k]))
+        found[k] = {"gbs": moved / pt.median / 1e9, **pt.as_dict()}
+    peak = {"copy_bytes": copy[1] // 2, **found["copy"]}
+    if vector_copy:
+        best = max(found, key=lambda k: found[k]["gbs"])
+        peak = {"copy_bytes": copy[1] // 2, **found[best], "source": "memcpy" if best == "copy" else best,
+                "memcpy": found["copy"], "vector_copy": found["vector_copy"]}
     for r in rows:
         r["fraction_of_peak"] = r["gbs"] / peak["gbs"]
     return rows, peak
@@ -819,13 +843,12 @@ def run_engine(backend, timer, n_ops, tick=None):
 
 # ---- optimizer step over a model's parameters ------------------------------------------------------------------------
 OPTIMIZERS = ("sgd", "adam")
-OPTIM_IMPLS = ("gpugrad", "gpugrad_flat", "baseline", "torch")
+OPTIM_IMPLS = ("gpugrad", "baseline", "torch")
 
 
 def optimizer_workload(kind, impl, backend, sizes=MLP_SIZES, seed=0):
     """fn() running one optimizer step over the MLP's parameters with fixed gradients: "sgd" (momentum 0.9, lr
-    0.01) or "adam" (lr 1e-3); gpugrad's optimizer per tensor or ``flat`` (one fused launch per buffer), the
-    hand-written per-tensor update, or torch.optim. Raises LookupError when the implementation is unavailable."""
+    0.01) or "adam" (lr 1e-3); gpugrad's optimizer (one multi-tensor launch), the hand-written per-tensor update, or torch.optim. Raises LookupError when the implementation is unavailable."""
     rng = np.random.default_rng(seed)
     shapes = [s for fan_in, fan_out in zip(sizes[:-1], sizes[1:]) for s in ((fan_out, fan_in), (fan_out,))]
     host = [(rng.standard_normal(s, dtype=np.float32), rng.standard_normal(s, dtype=np.float32)) for s in shapes]
@@ -841,9 +864,7 @@ def optimizer_workload(kind, impl, backend, sizes=MLP_SIZES, seed=0):
             t = gpugrad.tensor(p, device=backend.device, requires_grad=True)
             t.grad = gpugrad.tensor(g, device=backend.device)
             params.append(t)
-        flat = impl == "gpugrad_flat"
-        opt = optim.SGD(params, lr=0.01, momentum=0.9, flat=flat) if kind == "sgd" else \
-            optim.Adam(params, lr=1e-3, flat=flat)
+        opt = optim.SGD(params, lr=0.01, momentum=0.9) if kind == "sgd" else optim.Adam(params, lr=1e-3)
         return opt.step
     if impl == "baseline":
         xp = backend.xp
@@ -943,7 +964,8 @@ def run_device(device_name, config, tick=None, sections=SECTIONS, on_update=None
     timer = timer_for(be, repeats=config.repeats, min_sample_s=config.min_sample_s)
     run = {  # each section's inputs live only while it runs: the kernels' are freed before the MLP allocates
         "kernels": lambda: dict(zip(("kernels", "peak_bandwidth"), run_kernels(
-            Inputs(be, *config.shape), timer, peak_copy(be, config.copy_bytes), tick=tick))),
+            Inputs(be, *config.shape), timer, peak_copy(be, config.copy_bytes), tick=tick,
+            vector_copy=peak_vector_copy(be, config.copy_bytes)))),
         # (matmul operands are shaped per case, so their Inputs' own shape is unused)
         "matmul": lambda: {"matmul": run_matmuls(Inputs(be, 1, 1, seed=2), timer, config.matmul_peak_n,
                                                  config.batches, tick=tick)},

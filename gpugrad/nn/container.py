@@ -56,14 +56,15 @@ _ACTS = {"relu": ReLU, "gelu": GELU, "tanh": Tanh, "sigmoid": Sigmoid}
 class MLP(Sequential):
     """Linear(sizes[0], sizes[1]), act, Linear(sizes[1], sizes[2]), act, ..., Linear(sizes[-2], sizes[-1]).
 
-    ``fused=True`` runs each hidden layer as ``bias_act(x @ Wᵀ, b)``: the bias add and the activation in one
-    pass (one fused kernel on CUDA) instead of Linear's bias add followed by a separate activation.
+    ``fused=True`` (the default) runs each hidden layer as ``bias_act(x @ Wᵀ, b)``: the bias add and the activation
+    in one pass (one fused kernel on CUDA, whose backward also sums the bias gradient) instead of Linear's bias add
+    followed by a separate activation; ``fused=False`` calls the modules one by one, as ``Sequential`` does.
     The parameters and state_dict names ("0.weight", "2.bias", ...) are the same either way.
 
     >>> net = nn.MLP([784, 256, 10], activation="relu")
     """
 
-    def __init__(self, sizes, activation="relu", fused=False, bias=True, device=None, dtype=None):
+    def __init__(self, sizes, activation="relu", fused=True, bias=True, device=None, dtype=None):
         if activation not in _ACTS:
             raise ValueError(f"MLP: activation must be one of {sorted(_ACTS)}, got {activation!r}")
         if len(sizes) < 2:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpugrad.autograd.function import Op
+from gpugrad.backend import deferred
 from gpugrad.ops import register
 from gpugrad.ops.reduce import canonical_axis
 
@@ -179,13 +180,10 @@ class Gather(Op):
         # Cut x to index's extent on the other axes: take_along_axis would broadcast index against x there instead.
         x = x[tuple(slice(None) if d == axis else slice(0, i) for d, i in enumerate(self.index.shape))]
         n = x.shape[axis]
-        # One host sync (min and max in one transfer), so an id outside [0, n) is an error, not a wrap-around
-        # (negative ids) or an out-of-bounds read.
-        if index.size:
-            lo, hi = (int(v) for v in xp.stack((index.min(), index.max())).tolist())
-            if lo < 0 or hi >= n:
-                raise IndexError(f"gather: index values must lie in [0, {n}) along axis {axis} of the input "
-                                 f"{self.in_shape}, got min {lo} and max {hi}")
+        # An id outside [0, n) is an error, not a wrap-around (negative ids) or an out-of-bounds read: raised now on
+        # the CPU, and on CUDA at the next read, checked by a kernel without a sync (backend/deferred.py).
+        deferred.check_range(index, n, IndexError, f"gather: index values must lie in [0, {n}) along axis {axis} "
+                             f"of the input {self.in_shape}, got min {{lo}} and max {{hi}}")
         return xp.take_along_axis(x, self.index, axis=axis).reshape(index.shape)
 
     def backward(self, xp, gy):

@@ -3,6 +3,7 @@ references on the CPU); Embedding is a gather whose VJP is a scatter-add."""
 from __future__ import annotations
 
 from gpugrad.autograd.function import Op
+from gpugrad.backend import deferred
 from gpugrad.ops import register
 from gpugrad.ops.kernel_op import KernelOp
 
@@ -53,10 +54,10 @@ class Embedding(Op):
         ids, num = self.ids, weight.shape[0]
         if ids.dtype.kind not in "iu":
             raise TypeError(f"embedding: ids must be integers, got {ids.dtype}")
-        # NOTE: min/max synchronize on CUDA; an out-of-range id would otherwise read (and scatter to) garbage
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= num):
-            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-            raise IndexError(f"embedding: id {bad} is out of range for a table of {num} rows (valid: 0..{num - 1})")
+        # NOTE: CuPy would wrap a bad id around: checked without a sync, raised now on the CPU and at the next read
+        # on CUDA (backend/deferred.py)
+        deferred.check_range(ids, num, IndexError, f"embedding: id {{bad}} is out of range for a table of {num} "
+                             f"rows (valid: 0..{num - 1})")
         self.wshape = weight.shape
         return xp.take(weight, ids, axis=0)
 

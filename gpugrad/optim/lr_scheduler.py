@@ -31,6 +31,8 @@ class LRScheduler:
         lrs = self.get_lr()
         for g, lr in zip(self.optimizer.param_groups, lrs):
             g["lr"] = lr
+        # NOTE: now, not at the next step(): a replayed CUDA graph of step() reads lr from the device
+        self.optimizer.refresh_hyperparameters()
         self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
     def get_last_lr(self):

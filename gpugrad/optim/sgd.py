@@ -8,15 +8,16 @@ class SGD(Optimizer):
     """d = g + weight_decay * p;  buf = d on the first step, else momentum * buf + (1 - dampening) * d;
     d = d + momentum * buf (nesterov) or buf (momentum != 0);  p -= lr * d.
 
-    Each step is one ``sgd_update_`` kernel per parameter (per flat buffer with ``flat=True``), in place.
+    Each step is one ``sgd_multi_update_`` launch per group and (device, dtype) for up to 16 parameters, in place;
+    lr, momentum, dampening, weight_decay and nesterov are read from the device (see :mod:`gpugrad.optim.optimizer`).
 
     >>> opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     >>> opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
     """
 
-    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, flat=False):
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                      nesterov=nesterov), flat=flat)
+                                      nesterov=nesterov))
 
     def _validate(self, g):
         if not g["lr"] >= 0:
@@ -28,13 +29,16 @@ class SGD(Optimizer):
         if g["nesterov"] and (g["momentum"] <= 0 or g["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
-    def _signature(self, state):
-        return "momentum_buffer" in state  # False: the first step, where buf = d (no dampening)
+    def _hyper_values(self, g):
+        return g["lr"], g["momentum"], g["dampening"], g["weight_decay"], g["nesterov"]
 
-    def _init_state(self, p, state, group):
-        if group["momentum"] != 0 and "momentum_buffer" not in state:
-            state["momentum_buffer"] = self._zeros(p, "momentum_buffer")
-
-    def _kernel(self, be, p, g, arrays, group, started):
-        be.kernels.sgd_update_(be.xp, p, g, arrays.get("momentum_buffer"), group["lr"], group["momentum"],
-                               group["dampening"], group["weight_decay"], group["nesterov"], not started)
+    def _update(self, be, params, states, group, hyper):
+        first = ["momentum_buffer" not in st for st in states]  # torch: buf = d when there is none yet
+        bufs = []
+        if group["momentum"] != 0:  # NOTE: decided on the host; a graph captured with momentum keeps using buffers
+            for p, st, new in zip(params, states, first):
+                if new:
+                    st["momentum_buffer"] = self._zeros(p)
+            bufs = [st["momentum_buffer"] for st in states]
+        be.kernels.sgd_multi_update_(be.xp, hyper, first, *(p._data for p in params),
+                                     *(p._grad._data for p in params), *bufs)

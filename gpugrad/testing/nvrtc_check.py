@@ -180,6 +180,35 @@ def compile_family(family, src, names, arch=ARCH, options=None):
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+_PTX_ENTRY = re.compile(r"^\.(?:visible|weak) \.entry (\S+)\(", re.M)
+_GLOBAL_ACCESS = re.compile(r"\b((?:ld|st)\.global(?:\.nc)?(?:\.v[248])?\.[a-z]+\d+)")
+
+
+def global_accesses(family, arch=ARCH):
+    """{name expression: the set of global load/store forms in its PTX}, e.g. {'ld.global.nc.v4.f32', ...}: which
+    kernels issue 16-byte vector accesses. Compiled as the launchers compile it, for the virtual architecture."""
+    from cuda.bindings import nvrtc
+
+    src, names = kernels.source(family), list(kernels.NAME_EXPRESSIONS[family])
+    (prog,) = _check_call(nvrtc, nvrtc.nvrtcCreateProgram(src.encode(), f"{family}.cu".encode(), 0, [], []),
+                          "nvrtcCreateProgram")
+    try:
+        for n in names:
+            _check_call(nvrtc, nvrtc.nvrtcAddNameExpression(prog, n.encode()), f"nvrtcAddNameExpression({n})")
+        opts = [o.encode() for o in (*kernels.OPTIONS, *CUPY_OPTIONS, f"-arch={arch.replace('sm_', 'compute_')}")]
+        _check_call(nvrtc, nvrtc.nvrtcCompileProgram(prog, len(opts), opts), f"compiling {family} to PTX")
+        (size,) = _check_call(nvrtc, nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+        buf = b" " * size
+        _check_call(nvrtc, nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
+        lowered = {_check_call(nvrtc, nvrtc.nvrtcGetLoweredName(prog, n.encode()), n)[0].decode(): n for n in names}
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    ptx = buf.rstrip(b"\0 ").decode()
+    starts = [(m.start(), m.group(1)) for m in _PTX_ENTRY.finditer(ptx)] + [(len(ptx), None)]
+    return {lowered[name]: set(_GLOBAL_ACCESS.findall(ptx[a:b]))
+            for (a, name), (b, _) in zip(starts, starts[1:]) if name in lowered}
+
+
 def check(arch=ARCH):
     sources = list(_sources())
     if (cupy_env := cupy_elementwise_source()) is not None:
