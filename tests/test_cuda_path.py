@@ -61,7 +61,7 @@ def _train(device, opt_name, steps=4, batch=16, seed=0):
     model.to(device)
     opt = {"sgd": lambda p: gpugrad.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
            "adam": lambda p: gpugrad.optim.Adam(p, lr=1e-2),
-           "adamw-flat": lambda p: gpugrad.optim.AdamW(p, lr=1e-2, flat=True)}[opt_name](model.parameters())
+           "adamw": lambda p: gpugrad.optim.AdamW(p, lr=1e-2)}[opt_name](model.parameters())
     losses = []
     for _ in range(steps):
         x = gpugrad.tensor(rng.standard_normal((batch, 20)).astype(np.float32), device=device)
@@ -74,7 +74,7 @@ def _train(device, opt_name, steps=4, batch=16, seed=0):
     return losses, [p.detach().cpu().numpy() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("opt_name", ["sgd", "adam", "adamw-flat"])
+@pytest.mark.parametrize("opt_name", ["sgd", "adam", "adamw"])
 def test_training_on_cuda_matches_the_cpu(opt_name):
     cpu_losses, cpu_params = _train("cpu", opt_name)
     cuda_losses, cuda_params = _train("cuda", opt_name)
@@ -102,15 +102,16 @@ def test_gpugrad_train_on_cuda_end_to_end(tmp_path):
 
 
 def test_invalid_targets_and_indices_raise_on_cuda():
-    # CuPy wraps out-of-range indices around instead of raising, so these checks must be gpugrad's own.
+    # CuPy wraps out-of-range indices around instead of raising, so these checks must be gpugrad's own. They run
+    # on the device without a sync and raise at the next read (tests/test_deferred_errors.py).
     logits = gpugrad.zeros(4, 3, device="cuda", requires_grad=True)
     with pytest.raises((IndexError, ValueError), match="3"):
-        F.cross_entropy(logits, gpugrad.tensor([0, 1, 2, 3], device="cuda"))
+        F.cross_entropy(logits, gpugrad.tensor([0, 1, 2, 3], device="cuda")).item()
     emb = nn.Embedding(5, 2).to("cuda")
     with pytest.raises((IndexError, ValueError), match="5"):
-        emb(gpugrad.tensor([0, 5], device="cuda"))
+        emb(gpugrad.tensor([0, 5], device="cuda")).tolist()
     with pytest.raises((IndexError, ValueError)):
-        gpugrad.zeros(3, 4, device="cuda").gather(1, gpugrad.tensor([[4]] * 3, device="cuda"))
+        gpugrad.zeros(3, 4, device="cuda").gather(1, gpugrad.tensor([[4]] * 3, device="cuda")).numpy()
 
 
 def test_tensors_on_cuda1_compute_on_cuda1(two_devices):
@@ -154,11 +155,13 @@ def test_one_generator_per_device(two_devices):
     assert d.device == "cuda:1" and 0 < float((d == 0).sum()) < 100
 
 
-# ---- launches, syncs and allocations of one training step (issue 9 drives these down) ---------------------------
-STEP_BUDGETS = {  # measured on the simulated device (zero_grad() to None, as torch's default); a regression fails
-    "sgd": {"launches": 36, "syncs": 2, "allocs": 28},
-    "adam": {"launches": 36, "syncs": 2, "allocs": 28},
-}
+# ---- launches, syncs and allocations of one training step -------------------------------------------------------
+# PyTorch eager makes about 23 launches (SGD, foreach) and 30 (Adam) for this step, with no sync. gpugrad measured,
+# on the simulated device (zero_grad() to None, as torch's default): 18 launches at batch 64 and 21 at 512 and 4096
+# (the bias gradients' column sums take a second pass at large batches), 0 syncs, with SGD and Adam alike (one
+# multi-tensor launch each). These are the budgets; a regression fails CI. (Before: 36/39 launches and 2 syncs.)
+STEP_BUDGETS = {("sgd", 64): 18, ("adam", 64): 18, ("sgd", 4096): 21, ("adam", 4096): 21}
+PYTORCH_EAGER = {"sgd": 23, "adam": 30}
 
 
 def _mlp_step_counts(opt_name, batch=64):
@@ -181,11 +184,156 @@ def _mlp_step_counts(opt_name, batch=64):
 
 
 @needs_sim
-@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
-def test_training_step_stays_within_its_launch_and_sync_budget(opt_name):
-    counts, events = _mlp_step_counts(opt_name)
-    print(f"MLP 784-1024-1024-10 batch 64 {opt_name}: {counts}")
+@pytest.mark.parametrize("opt_name, batch", sorted(STEP_BUDGETS))
+def test_training_step_stays_within_its_launch_and_sync_budget(opt_name, batch):
+    counts, events = _mlp_step_counts(opt_name, batch)
+    print(f"MLP 784-1024-1024-10 batch {batch} {opt_name}: {counts}")
     launches = [w for e, w in events if e == "launch"]
-    for key, budget in STEP_BUDGETS[opt_name].items():
-        assert counts[key] <= budget, f"{key}: {counts[key]} > {budget}; launches: {launches}"
-    assert counts["h2d"] == 0 and counts["d2h"] == counts["syncs"]
+    assert counts["launches"] <= STEP_BUDGETS[opt_name, batch] < PYTORCH_EAGER[opt_name], launches
+    assert counts["syncs"] == counts["h2d"] == counts["d2h"] == 0, events
+
+
+# ---- the loss and the index checks: no host syncs, one launch each way (backend/deferred.py) ------------------------
+def _loss_inputs(batch=64, classes=10):
+    x = gpugrad.randn(batch, classes, device="cuda", requires_grad=True)
+    return x, gpugrad.randint(0, classes, size=(batch,), device="cuda")
+
+
+@needs_sim
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_is_one_launch_each_way_without_syncs(reduction):
+    x, t = _loss_inputs()
+    F.cross_entropy(x, t, reduction=reduction)  # warm-up: the device's status words exist from the first check on
+    with cuda_sim.forbid_syncs("cross_entropy forward and backward"):
+        with cuda_sim.trace() as fwd:
+            loss = F.cross_entropy(x, t, reduction=reduction)
+        rows = gpugrad.ones(64, device="cuda")  # 'none' takes a per-row gradient: made before the trace
+        with cuda_sim.trace() as bwd:
+            loss.backward(rows if reduction == "none" else None)
+    assert [w for e, w in fwd if e == "launch"] == ["softmax_xent_fwd<float>"]
+    seed = [] if reduction == "none" else ["cupy.ones_like"]
+    assert [w for e, w in bwd if e == "launch"] == seed + ["softmax_xent_bwd<float>"]
+    assert loss.shape == ((64,) if reduction == "none" else ())
+
+
+@needs_sim
+def test_token_logprob_embedding_and_gather_make_no_syncs():
+    x, t = _loss_inputs()
+    emb = nn.Embedding(50, 8).to("cuda")
+    ids = gpugrad.randint(0, 50, size=(4, 16), device="cuda")
+    index = gpugrad.randint(0, 10, size=(64, 3), device="cuda")
+    with cuda_sim.forbid_syncs("index ops forward and backward"):
+        with cuda_sim.trace() as ev:
+            F.token_logprob(x, t).sum().backward()
+            emb(ids).sum().backward()
+            x.gather(1, index).sum().backward()
+    assert [w for e, w in ev if e == "launch"].count("check_index<long long>") == 2  # embedding and gather
+
+
+# ---- the optimizer step: one multi-tensor launch, no syncs, no transfers, replayable in a CUDA graph -----------------
+def _mlp_and_optimizer(opt_name, batch=64):
+    gpugrad.manual_seed(0)
+    model = nn.MLP([784, 1024, 1024, 10]).to("cuda")
+    opt = (gpugrad.optim.SGD(model.parameters(), lr=0.01, momentum=0.9) if opt_name == "sgd"
+           else gpugrad.optim.Adam(model.parameters(), lr=1e-3))
+    x, t = gpugrad.randn(batch, 784, device="cuda"), gpugrad.randint(0, 10, size=(batch,), device="cuda")
+
+    def backward():
+        opt.zero_grad()  # to None: backward hands over fresh gradient buffers, new pointers every step
+        F.cross_entropy(model(x), t).backward()
+
+    return opt, backward
+
+
+@needs_sim
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_optimizer_step_is_one_launch_with_no_sync_and_no_transfer(opt_name):
+    from gpugrad.optim.lr_scheduler import StepLR
+
+    opt, backward = _mlp_and_optimizer(opt_name)
+    backward()
+    opt.step()  # the first step makes the state, the device's copy of the options and the step counts
+    sched = StepLR(opt, step_size=1, gamma=0.5)
+    for _ in range(2):
+        backward()
+        cuda_sim.reset_counters()
+        with cuda_sim.forbid_syncs("optimizer.step()"), cuda_sim.trace() as events:
+            opt.step()
+        counts = cuda_sim.counters()
+        assert [w for e, w in events if e == "launch"] == [f"{opt_name}_multi_update_<float>"]  # 6 parameters
+        assert (counts["launches"], counts["syncs"], counts["allocs"], counts["h2d"]) == (1, 0, 0, 0), counts
+        cuda_sim.reset_counters()
+        sched.step()  # a new lr: copied to the device right away, a few bytes, no sync
+        assert (cuda_sim.counters()["h2d"], cuda_sim.counters()["syncs"]) == (1, 0)
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_lr_schedule_on_cuda_gives_torchs_parameters(torch, opt_name):
+    from gpugrad.optim.lr_scheduler import CosineAnnealingLR
+
+    rng = np.random.default_rng(0)
+    sizes = (12, 16, 4)
+    gpugrad.manual_seed(0)
+    model = nn.MLP(list(sizes)).to("cuda")
+    tmodel = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    with torch.no_grad():
+        for tp, p in zip(tmodel.parameters(), model.parameters()):
+            tp.copy_(torch.from_numpy(p.detach().cpu().numpy()))
+    cfg = dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3) if opt_name == "sgd" else dict(lr=0.02)
+    kind = "SGD" if opt_name == "sgd" else "Adam"
+    opt, topt = getattr(gpugrad.optim, kind)(model.parameters(), **cfg), getattr(torch.optim, kind)(
+        tmodel.parameters(), **cfg)
+    sched, tsched = CosineAnnealingLR(opt, T_max=5), torch.optim.lr_scheduler.CosineAnnealingLR(topt, T_max=5)
+    for _ in range(8):
+        xb = rng.standard_normal((16, 12)).astype(np.float32)
+        tb = rng.integers(0, 4, 16)
+        opt.zero_grad()
+        F.cross_entropy(model(gpugrad.tensor(xb, device="cuda")), gpugrad.tensor(tb, device="cuda")).backward()
+        opt.step()
+        sched.step()
+        topt.zero_grad()
+        torch.nn.functional.cross_entropy(tmodel(torch.from_numpy(xb)), torch.from_numpy(tb)).backward()
+        topt.step()
+        tsched.step()
+    for p, tp in zip(model.parameters(), tmodel.parameters()):
+        np.testing.assert_allclose(p.detach().cpu().numpy(), tp.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+def test_a_captured_optimizer_step_replays_with_its_lr_schedule(torch, opt_name):
+    """opt.step() captured once in a CUDA graph and replayed: the step counts advance on the device and each replay
+    reads the lr the scheduler copied there since, so the parameters follow torch's eager steps."""
+    from gpugrad.optim.lr_scheduler import StepLR
+
+    cupy = cuda_backend.cupy_module()
+    rng = np.random.default_rng(0)
+    shapes = [(8, 5), (8,), (3, 8), (3,), (0,), (1,)]
+    init = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    ps = [nn.Parameter(gpugrad.tensor(v, device="cuda")) for v in init]
+    tps = [torch.tensor(v, requires_grad=True) for v in init]
+    for p, tp, g in zip(ps, tps, grads):  # fixed gradients: the graph reads these buffers on every replay
+        p.grad, tp.grad = gpugrad.tensor(g, device="cuda"), torch.from_numpy(g.copy())
+    kind, cfg = (("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2)) if opt_name == "sgd"
+                 else ("AdamW", dict(lr=0.05, weight_decay=0.1)))
+    opt, topt = getattr(gpugrad.optim, kind)(ps, **cfg), getattr(torch.optim, kind)(tps, **cfg)
+    sched, tsched = StepLR(opt, 2, 0.5), torch.optim.lr_scheduler.StepLR(topt, 2, 0.5)
+    opt.step()  # eager warm-up: state, options and step counts made on the device
+    topt.step()
+    sched.step()
+    tsched.step()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        opt.step()
+        graph = stream.end_capture()
+    for _ in range(5):
+        graph.launch(stream)
+        topt.step()
+        sched.step()
+        tsched.step()
+    stream.synchronize()
+    for p, tp in zip(ps, tps):
+        np.testing.assert_allclose(p.detach().cpu().numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6)
+    if opt_name == "adamw":
+        assert opt.state_dict()["state"][0]["step"] == 6

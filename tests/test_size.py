@@ -15,7 +15,9 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # library 4200 -> 4400: device scoping for multi-GPU, the kernel probe behind is_available(), header inlining and
 # float16 opmath (issue 8). Test tooling gets its own budget: the simulated device (~1,000 lines) is what lets CI run
 # the whole CUDA path; it should not squeeze the CLI's.
-BUDGETS = {"library": 4400, "tooling": 1900, "testing": 1700}
+# library 4400 -> 4600 (issue 9): CUDA graphs (backend/graphs.py), device-side range checks that never sync
+# (backend/deferred.py), launchers for the vectorized, row-team, multi-tensor optimizer and check kernels.
+BUDGETS = {"library": 4600, "tooling": 1900, "testing": 1700}
 
 
 def code_lines(path: Path) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from gpugrad.autograd.function import AccumulateGrad
+from gpugrad.backend import graphs as _graphs
 from gpugrad.autograd.grad_mode import enable_grad
 
 
@@ -98,7 +99,12 @@ def run(roots, retain_graph=False, create_graph=False, capture=None):
             if isinstance(node, AccumulateGrad):
                 _accumulate_leaf(node.variable, g, owned, create_graph)
                 continue
-            gxs = node.run_backward(g, create_graph)
+            try:
+                gxs = node.run_backward(g, create_graph)
+            except Exception as e:
+                if _graphs.CAPTURING:
+                    raise _graphs.capture_error(node.name(), e) from e
+                raise
             del entry
             if not retain_graph:
                 node.release()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import weakref
 
 from gpugrad.autograd.grad_mode import STATE
-from gpugrad.backend import backend_of
+from gpugrad.backend import backend_of, graphs as _graphs
 
 
 class Node:
@@ -175,8 +175,13 @@ class Op(Node):
         if scope is None:
             out = (getattr(fn, be.forward_name, None) or fn.forward)(be.xp, *datas)
         else:
-            with scope:
-                out = (getattr(fn, be.forward_name, None) or fn.forward)(be.xp, *datas)
+            try:
+                with scope:
+                    out = (getattr(fn, be.forward_name, None) or fn.forward)(be.xp, *datas)
+            except Exception as e:
+                if _graphs.CAPTURING:  # name the op: the device error alone says only which CuPy call failed
+                    raise _graphs.capture_error(cls.__name__, e) from e
+                raise
         rbe = backend_of(out) if fn.changes_device else be
         out = rbe.as_array(out)
         result = _make_tensor(out, rbe)

@@ -121,6 +121,9 @@ def synchronize(device=None) -> None:
     cupy = cupy_module()
     with cupy.cuda.Device(_index(device)) as d:
         d.synchronize()
+    from gpugrad.backend import deferred, get_backend  # lazy, as the rest of this module's gpugrad imports
+
+    deferred.raise_pending(get_backend(Device("cuda", _index(device))))  # device-side checks fail here at the latest
 
 
 def cupy_module():
@@ -154,6 +157,9 @@ class CudaBackend(Backend):
             return self._cupy.asarray(data, dtype=dtype)
 
     def to_host(self, array) -> np.ndarray:
+        from gpugrad.backend import deferred
+
+        deferred.raise_pending(self)  # every host read raises the device's failed range checks first
         return self._cupy.asnumpy(array)
 
     def accumulate_(self, acc, g):

@@ -102,6 +102,8 @@ def add_arguments(p):
     add("--metrics-json", metavar="PATH", help="write config, per-epoch and final metrics, timings")
     add("--plot", metavar="PATH.png", help="save loss and accuracy curves (needs matplotlib)")
     add("--quiet", action="store_true", help="print only the final result")
+    add("--cuda-graph", action="store_true", help="capture the training step once as a CUDA graph and replay it "
+        "for every full batch (CUDA only; same results as without)")
 
 
 def resolve_config(args, saved=None):
@@ -205,20 +207,69 @@ def evaluate(model, loader):
     from gpugrad.nn import functional as F
 
     model.eval()
-    loss, correct, n = 0.0, 0, 0
+    loss, correct, n = None, None, 0  # device scalars: summed on the device, read once at the end (no sync per batch)
     with gpugrad.no_grad():
         for xb, yb in loader:
             logits = model(xb)
-            loss += F.cross_entropy(logits, yb, reduction="sum").item()
-            correct += int((logits.argmax(axis=1).numpy() == yb.numpy()).sum())
+            batch_loss = F.cross_entropy(logits, yb, reduction="sum")
+            hits = (logits.argmax(axis=1) == yb).sum()
+            loss = batch_loss if loss is None else loss + batch_loss
+            correct = hits if correct is None else correct + hits
             n += len(yb)
     model.train()
-    return loss / max(n, 1), correct / max(n, 1)
+    if n == 0:
+        return 0.0, 0.0
+    return loss.item() / n, correct.item() / n
 
 
-def train_epoch(model, optimizer, loader, progress, bar, stop):
+class GraphedStep:
+    """The training step as a CUDA graph: a few eager warm-up steps (they make the gradient buffers and optimizer
+    state the graph will write into), then one capture for the full batch shape, then a replay per batch with the
+    batch copied into the graph's static inputs. Batches of another shape (the last, short one) run eagerly on the
+    same buffers, so the graph stays valid. Gradients are zeroed in place: the graph holds their addresses."""
+
+    WARMUP = 2
+
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer, self.graph, self.steps = model, optimizer, None, 0
+
+    def _eager(self, xb, yb):
+        from gpugrad.nn import functional as F
+
+        self.optimizer.zero_grad(set_to_none=False)
+        loss = F.cross_entropy(self.model(xb), yb)
+        loss.backward()
+        return loss
+
+    def forward_backward(self, xb, yb):
+        """The loss after forward and backward; ``update()`` then applies the optimizer step."""
+        import gpugrad
+
+        self.steps += 1
+        if self.graph is None and self.steps > self.WARMUP:
+            self.static = (xb.clone(), yb.clone())
+            self.graph = gpugrad.cuda.CUDAGraph()
+            with gpugrad.cuda.graph(self.graph):
+                self.static_loss = self._eager(*self.static)
+                self.optimizer.step()
+        if self.graph is not None and xb.shape == self.static[0].shape:
+            self.static[0].copy_(xb)
+            self.static[1].copy_(yb)
+            self.replay_pending = True
+            return self.static_loss
+        self.replay_pending = False
+        return self._eager(xb, yb)
+
+    def update(self):
+        if self.replay_pending:
+            self.graph.replay()  # forward, backward and the optimizer step in one launch
+        else:
+            self.optimizer.step()
+
+
+def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None):
     """Run the rest of the loader's current epoch, recording each finished step in ``progress``; returns the
-    epoch's mean training loss."""
+    epoch's mean training loss. ``graphed`` (a GraphedStep) replays the step as a CUDA graph."""
     import gpugrad
     from gpugrad.nn import functional as F
     from gpugrad.backend import CPU
@@ -227,13 +278,19 @@ def train_epoch(model, optimizer, loader, progress, bar, stop):
     model.train()
     base_time, t0 = progress.train_time, time.perf_counter()
     for xb, yb in loader:
-        loss = F.cross_entropy(model(xb), yb)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if graphed is not None:
+            loss = graphed.forward_backward(xb, yb)
+        else:
+            loss = F.cross_entropy(model(xb), yb)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
         # NOTE: from the first parameter update to the last field of the progress record, a checkpoint would mix
         # two steps; a second Ctrl-C is held until the whole step is committed
         with stop.critical():
-            optimizer.step()
+            if graphed is not None:
+                graphed.update()
+            else:
+                optimizer.step()
             with gpugrad.no_grad():
                 weighted = loss.detach() * len(yb)
                 progress.loss_sum = weighted if progress.loss_sum is None else progress.loss_sum + weighted
@@ -401,6 +458,8 @@ def train(args) -> int:
             device = get_backend(args.device).device
         except (RuntimeError, ValueError, TypeError) as e:
             raise CliError(f"--device {args.device}: {e}") from None
+        if args.cuda_graph and device.type != "cuda":
+            raise CliError(f"--cuda-graph needs a CUDA device, but training runs on {device}; pass --device cuda")
 
         saved = checkpoint.load(args.resume, device=device) if args.resume else None
         if saved is not None:
@@ -463,6 +522,7 @@ def train(args) -> int:
             plot_history(progress.history, args.plot, title=f"gpugrad train: MLP {sizes}, {config['optimizer']}")
 
     width = len(str(epochs))
+    graphed = GraphedStep(model, optimizer) if args.cuda_graph else None
     with _SigintFlag() as stop:
         try:
             while progress.epoch < epochs:
@@ -473,7 +533,7 @@ def train(args) -> int:
                 train_loader.set_epoch(epoch, progress.batch)
                 with _progress_bar(len(train_loader), progress.batch, f"epoch {epoch + 1}/{epochs}",
                                    quiet or not sys.stderr.isatty()) as bar:
-                    train_loss = train_epoch(model, optimizer, train_loader, progress, bar, stop)
+                    train_loss = train_epoch(model, optimizer, train_loader, progress, bar, stop, graphed)
                 t_eval = time.perf_counter()
                 test_loss, test_acc = evaluate(model, test_loader)
                 metrics = {"epoch": epoch + 1, "train_loss": train_loss, "test_loss": test_loss,

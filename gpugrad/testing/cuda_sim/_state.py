@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import threading
 
-FIELDS = ("launches", "syncs", "allocs", "h2d", "d2h", "alloc_bytes", "h2d_bytes", "d2h_bytes")
+import numpy as np
+
+FIELDS = ("launches", "syncs", "allocs", "h2d", "d2h", "alloc_bytes", "h2d_bytes", "d2h_bytes", "graph_launches")
 
 _counts = dict.fromkeys(FIELDS, 0)
 _trace: list | None = None  # (event, what) pairs while a trace() is open
@@ -38,13 +40,72 @@ def _log(event, what):
         _trace.append((event, what))
 
 
-def launch(what: str, n: int = 1) -> None:
+# ---- CUDA-graph capture: work is recorded, not run (as on a GPU), and replayed by Graph.launch -----------------
+capture = None  # the Capture being recorded, or None
+allocator = []  # allocators installed by cupy.cuda.using_allocator (innermost last)
+
+
+class Capture:
+    """What a stream capture recorded: each launch as a closure that redoes it on the same buffers, and every
+    buffer allocated during capture (the graph's memory: it must outlive the graph)."""
+
+    def __init__(self, stream):
+        self.stream, self.ops, self.keep = stream, [], []
+
+
+def _capture_error(what):
+    from gpugrad.testing.cuda_sim.cuda import CUDARuntimeError
+
+    return CUDARuntimeError(f"cudaErrorStreamCaptureUnsupported: {what} is not permitted while a stream is "
+                            "capturing a CUDA graph")
+
+
+def _poison(arrays):
+    # Captured work has not run yet: what it will write is garbage until the graph is launched (NaN for floats).
+    for a in arrays:
+        if a.size:
+            a.reshape(-1).view(np.uint8)[...] = 0xFF
+
+
+def computing():
+    """Around host math that only finds a result's shape under capture, where inputs may hold poison (NaN)."""
+    return np.errstate(all="ignore") if capture is not None else contextlib.nullcontext()
+
+
+def launch(what: str, n: int = 1, replay=None, outputs=()) -> None:
+    """Count ``n`` launches whose results were already computed into ``outputs`` (fresh host buffers). Under
+    capture they are recorded instead: ``replay()`` recomputes into the same buffers when the graph runs."""
+    if capture is not None:
+        _poison(outputs)
+        capture.ops.extend([(what, replay)] + [(what, None)] * (n - 1))
+        return
     _counts["launches"] += n
     if _trace is not None:
         _trace.extend([("launch", what)] * n)
 
 
+def run(what: str, fn) -> None:
+    """Launch work that writes into existing buffers: now, or recorded for replay under capture."""
+    if capture is not None:
+        capture.ops.append((what, fn))
+        return
+    fn()
+    _counts["launches"] += 1
+    _log("launch", what)
+
+
+def replay(ops) -> None:
+    for what, fn in ops:
+        if fn is not None:
+            fn()
+        _counts["launches"] += 1
+        _log("launch", what)
+    _counts["graph_launches"] += 1
+
+
 def sync(what: str) -> None:
+    if capture is not None:
+        raise _capture_error(f"{what} (a host sync)")
     if _forbid:
         raise SyncForbidden(f"{what} would make the host wait for the GPU (a sync) inside {_forbid[-1]}")
     _counts["syncs"] += 1
@@ -52,12 +113,19 @@ def sync(what: str) -> None:
 
 
 def alloc(nbytes: int, what: str) -> None:
+    if capture is not None and not allocator:
+        raise _capture_error(f"{what}: an allocation outside a memory pool reserved for the graph "
+                             "(cupy.cuda.using_allocator)")
+    for fn in allocator[-1:]:
+        fn(nbytes)
     _counts["allocs"] += 1
     _counts["alloc_bytes"] += nbytes
     _log("alloc", what)
 
 
 def h2d(nbytes: int, what: str) -> None:
+    if capture is not None:
+        raise _capture_error(f"{what}: a copy from pageable host memory")
     _counts["h2d"] += 1
     _counts["h2d_bytes"] += nbytes
     _log("h2d", what)

@@ -72,19 +72,27 @@ def inputs_of(args, kwargs):
 def wrap(out, inputs, what):
     """Simulated arrays for a NumPy result: views of an input share its buffer (no allocation), anything else is
     a new allocation on the current device. NumPy scalars become 0-d arrays, as CuPy returns them.
-    Returns (result, allocated) where ``allocated`` says whether device memory was written."""
+    Returns (result, fresh): ``fresh`` lists the host buffers of the new allocations (the kernel's outputs)."""
     if isinstance(out, np.ndarray):
         root = _np_root(out)
         for x in inputs:
             if _np_root(x._a) is root:
-                return make(out, x._dev, x if x._base is None else x._base), False
-        return new(out, what), True
+                return make(out, x._dev, x if x._base is None else x._base), []
+        return new(out, what), [out]
     if isinstance(out, np.generic):
-        return new(np.asarray(out), what), True
+        a = np.asarray(out)
+        return new(a, what), [a]
     if type(out) in (tuple, list):
         parts = [wrap(o, inputs, what) for o in out]
-        return type(out)(p for p, _ in parts), any(a for _, a in parts)
-    return out, False
+        return type(out)(p for p, _ in parts), [a for _, f in parts for a in f]
+    return out, []
+
+
+def refill(fresh, result):
+    """Replay of a captured function call: its recomputed ``result`` into the buffers it first allocated."""
+    results = result if type(result) in (tuple, list) else (result,)
+    for buf, r in zip(fresh, (r for r in results if isinstance(r, (np.ndarray, np.generic)))):
+        buf[...] = r
 
 
 def make(a, dev, base=None):
@@ -101,6 +109,8 @@ def new(a, what):
     x = make(a, _state.current_device())
     if a.nbytes:
         weakref.finalize(x, _release, a.nbytes)
+    if _state.capture is not None:
+        _state.capture.keep.append(a)  # the graph's memory: freed with the graph, not with this array
     return x
 
 
@@ -290,8 +300,11 @@ class ndarray:
         unwrap(self)  # a gather kernel: on the array's device
         if mask:
             _state.sync("boolean-mask indexing (the result's size lives on the device)")
-        _state.launch("getitem")
-        return new(np.asarray(self._a[_wrap_index(key, self.shape)]), "getitem")
+        key, src = _wrap_index(key, self.shape), self._a
+        out = np.asarray(src[key])
+        result = new(out, "getitem")
+        _state.launch("getitem", replay=lambda: out.__setitem__(Ellipsis, src[key]), outputs=[out])
+        return result
 
     def __setitem__(self, key, value):
         key, advanced, mask = _index_key(key)
@@ -300,8 +313,8 @@ class ndarray:
         value = unwrap(value)
         if mask and isinstance(value, np.ndarray) and value.size > 1:
             _state.sync("boolean-mask assignment of an array (its count lives on the device)")
-        _state.launch("setitem")
-        self._a[_wrap_index(key, self.shape) if advanced else key] = value
+        key, dst = (_wrap_index(key, self.shape) if advanced else key), self._a
+        _state.run("setitem", lambda: dst.__setitem__(key, value))
 
     # ---- methods with device semantics of their own ---------------------------------------------------------
     def copy(self, order="C"):
@@ -314,7 +327,8 @@ class ndarray:
         return _call_method(self, "astype", (dtype,), dict(order=order, **kw), force_launch=True)
 
     def fill(self, value):
-        _call_method(self, "fill", (value,), {}, force_launch=True)
+        dst, value = unwrap(self), unwrap(value)
+        _state.run("ndarray.fill", lambda: dst.fill(value))
 
     def view(self, dtype=None, type=None):
         if type is not None:
@@ -342,8 +356,8 @@ class ndarray:
 
 def _scatter(ufunc, x, slices, value):
     key, advanced, _ = _index_key(slices)
-    _state.launch("scatter")
-    ufunc.at(unwrap(x), _wrap_index(key, x.shape) if advanced else key, unwrap(value))
+    dst, key, value = unwrap(x), (_wrap_index(key, x.shape) if advanced else key), unwrap(value)
+    _state.run("scatter", lambda: ufunc.at(dst, key, value))
 
 
 def _rebuild(host, dev):
@@ -370,14 +384,16 @@ def _call_method(x, name, args, kwargs, force_launch=False):
     out = kwargs.get("out")
     if force_launch or out is not None:
         unwrap(x)
-    result = getattr(x._a, name)(*unwrap(args), **unwrap_kwargs(kwargs))
+    method, hargs, hkwargs = getattr(x._a, name), unwrap(args), unwrap_kwargs(kwargs)
     if out is not None:
-        _state.launch(f"ndarray.{name}")
+        _state.run(f"ndarray.{name}", lambda: method(*hargs, **hkwargs))
         return out
-    wrapped, allocated = wrap(result, [x, *inputs_of(args, kwargs)], f"ndarray.{name}")
-    if allocated or force_launch:
+    with _state.computing():
+        result = method(*hargs, **hkwargs)
+    wrapped, fresh = wrap(result, [x, *inputs_of(args, kwargs)], f"ndarray.{name}")
+    if fresh or force_launch:
         unwrap(x)
-        _state.launch(f"ndarray.{name}")
+        _state.launch(f"ndarray.{name}", replay=lambda: refill(fresh, method(*hargs, **hkwargs)), outputs=fresh)
     return wrapped
 
 
@@ -398,8 +414,8 @@ _IN_PLACE = {"sort", "put", "partition"}
 
 def _in_place_method(name):
     def method(self, *args, **kwargs):
-        _call_method(self, name, args, kwargs)
-        _state.launch(f"ndarray.{name}")
+        bound, hargs, hkwargs = getattr(unwrap(self), name), unwrap(args), unwrap_kwargs(kwargs)
+        _state.run(f"ndarray.{name}", lambda: bound(*hargs, **hkwargs))
 
     method.__name__ = name
     return method

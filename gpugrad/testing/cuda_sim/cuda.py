@@ -9,6 +9,7 @@ import time
 import types
 
 from gpugrad.testing.cuda_sim import _state
+from gpugrad.testing.cuda_sim.array import MemoryPointer
 
 NAME = "Simulated NVIDIA H200 (gpugrad cuda_sim)"
 TOTAL_MEMORY = 141 * 2**30
@@ -105,6 +106,27 @@ class Stream:
     def wait_event(self, event):
         pass  # order is already total on the simulator
 
+    # -- CUDA-graph capture: launches are recorded instead of run; end_capture hands back the Graph ----------------
+    def begin_capture(self, mode=None):
+        if self.null:
+            raise CUDARuntimeError("cudaErrorStreamCaptureUnsupported: the legacy default stream cannot be captured; "
+                                   "capture on a cupy.cuda.Stream(non_blocking=True)")
+        if _state.capture is not None:
+            raise CUDARuntimeError("cudaErrorIllegalState: a stream is already capturing")
+        if get_current_stream() is not self:
+            raise CUDARuntimeError("gpugrad cuda_sim: begin_capture on a stream that is not the current one")
+        _state.capture = _state.Capture(self)
+
+    def end_capture(self):
+        cap = _state.capture
+        if cap is None or cap.stream is not self:
+            raise CUDARuntimeError("cudaErrorIllegalState: end_capture on a stream that is not capturing")
+        _state.capture = None
+        return Graph(cap)
+
+    def is_capturing(self):
+        return _state.capture is not None and _state.capture.stream is self
+
     def __repr__(self):
         return f"<Stream {self.ptr} (device {self.device_id})>"
 
@@ -114,6 +136,21 @@ Stream.null = Stream(null=True)
 
 def get_current_stream(device_id=None):
     return Stream._current[-1] if Stream._current else Stream.null
+
+
+class Graph:
+    """A captured CUDA graph: ``launch()`` replays every recorded kernel, in order, on the buffers captured."""
+
+    def __init__(self, capture):
+        self._ops, self._keep = capture.ops, capture.keep
+
+    def upload(self, stream=None):
+        pass
+
+    def launch(self, stream=None):
+        if _state.capture is not None:
+            raise CUDARuntimeError("gpugrad cuda_sim: launching a graph inside a capture is not simulated")
+        _state.replay(self._ops)
 
 
 class Event:
@@ -143,7 +180,11 @@ def get_elapsed_time(start_event, end_event):
 
 
 class MemoryPool:
-    """The device memory pool: how many bytes live simulated arrays hold."""
+    """The device memory pool: how many bytes live simulated arrays hold. ``malloc`` serves as an allocator for
+    ``using_allocator`` (a private pool, e.g. for CUDA-graph capture)."""
+
+    def malloc(self, size):
+        return MemoryPointer(0, Device())
 
     def used_bytes(self):
         return _state.pool_used[0]
@@ -179,6 +220,20 @@ MemoryPool.default = MemoryPool()
 PinnedMemoryPool.default = PinnedMemoryPool()
 
 
+class using_allocator:
+    """cupy.cuda.using_allocator: allocations in the block go through ``allocator`` (here: are attributed to it)."""
+
+    def __init__(self, allocator=None):
+        self.allocator = allocator or (lambda size: None)
+
+    def __enter__(self):
+        _state.allocator.append(self.allocator)
+        return self
+
+    def __exit__(self, *exc):
+        _state.allocator.pop()
+
+
 def _properties(device):
     Device(device)  # validates the ordinal
     return {"name": NAME.encode(), "major": 9, "minor": 0, "totalGlobalMem": TOTAL_MEMORY,
@@ -210,8 +265,8 @@ compiler = types.SimpleNamespace(CompileException=CompileException)
 
 def build() -> types.ModuleType:
     cuda = types.ModuleType("cupy.cuda", "cupy.cuda on gpugrad's simulated device")
-    for name in ("Device", "Stream", "Event", "MemoryPool", "PinnedMemoryPool", "get_current_stream",
-                 "get_elapsed_time", "runtime", "compiler"):
+    for name in ("Device", "Stream", "Event", "Graph", "MemoryPool", "PinnedMemoryPool", "get_current_stream",
+                 "get_elapsed_time", "using_allocator", "runtime", "compiler"):
         setattr(cuda, name, globals()[name])
     cuda.get_device_id = _state.current_device
     cuda.is_available = lambda: True

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpugrad.testing.cuda_sim import _state
-from gpugrad.testing.cuda_sim.array import _wrap_index, inputs_of, ndarray, new, unwrap, unwrap_kwargs, wrap
+from gpugrad.testing.cuda_sim.array import _wrap_index, inputs_of, ndarray, new, refill, unwrap, unwrap_kwargs, wrap
 from gpugrad.testing.cuda_sim.namespace import load
 
 # Functions whose result's size depends on the data: the host must read it back first.
@@ -66,30 +66,32 @@ _VIEWS = {"reshape", "ravel", "transpose", "swapaxes", "moveaxis", "rollaxis", "
 def _run(name, np_fn, args, kwargs):
     ins = inputs_of(args, kwargs)
     if name in _VIEWS:
-        result = np_fn(*_hosts(args), **{k: _hosts(v) for k, v in kwargs.items()})
-        wrapped, allocated = wrap(result, ins, f"cupy.{name}")
-        if allocated:  # reshape of a non-contiguous array copies: a kernel after all
+        hargs, hkwargs = _hosts(args), {k: _hosts(v) for k, v in kwargs.items()}
+        wrapped, fresh = wrap(np_fn(*hargs, **hkwargs), ins, f"cupy.{name}")
+        if fresh:  # reshape of a non-contiguous array copies: a kernel after all
             unwrap(ins)
-            _state.launch(f"cupy.{name}")
+            _state.launch(f"cupy.{name}", replay=lambda: refill(fresh, np_fn(*hargs, **hkwargs)), outputs=fresh)
         return wrapped
     out = kwargs.get("out")
     if name in _SYNCING:
         _state.sync(f"cupy.{name} (its result's size lives on the device)")
     if name in _BLAS:
         _state.launch(f"copy for cuBLAS ({name})", _blas_copies(ins))
-    result = np_fn(*unwrap(args), **unwrap_kwargs(kwargs))
+    hargs, hkwargs = unwrap(args), unwrap_kwargs(kwargs)
     if out is not None:
-        _state.launch(f"cupy.{name}")
+        _state.run(f"cupy.{name}", lambda: np_fn(*hargs, **hkwargs))
         return out
+    with _state.computing():
+        result = np_fn(*hargs, **hkwargs)
     if name == "allclose":
         return result  # a Python bool: the sync is counted above
     if isinstance(result, (bool, np.bool_)) and name not in ("isscalar", "can_cast", "iscomplexobj",
                                                               "isrealobj", "isfortran", "shares_memory",
                                                               "may_share_memory"):
         result = np.asarray(result)  # CuPy keeps such answers on the device as 0-d arrays
-    wrapped, allocated = wrap(result, ins, f"cupy.{name}")
-    if allocated and name not in _NO_LAUNCH:
-        _state.launch(f"cupy.{name}")
+    wrapped, fresh = wrap(result, ins, f"cupy.{name}")
+    if fresh and name not in _NO_LAUNCH:
+        _state.launch(f"cupy.{name}", replay=lambda: refill(fresh, np_fn(*hargs, **hkwargs)), outputs=fresh)
     return wrapped
 
 
@@ -151,9 +153,8 @@ class ufunc:
         key = unwrap(indices)
         key = _wrap_index(key, a.shape) if any(isinstance(k, np.ndarray) for k in
                                                (key if isinstance(key, tuple) else (key,))) else key
-        _state.launch(f"cupy.{self.name}.at")
         args = (unwrap(a), key) if b is None else (unwrap(a), key, unwrap(b))
-        self._np.at(*args)
+        _state.run(f"cupy.{self.name}.at", lambda: self._np.at(*args))
 
 
 # ---- functions with CuPy semantics of their own ----------------------------------------------------------------
@@ -162,9 +163,12 @@ def _to_device(a, dtype=None, copy=None, order=None, what="asarray"):
     copied across (a peer copy); arrays already here returned as they are unless a copy or cast is needed."""
     if type(a) is ndarray:
         if a._dev != _state.current_device():
-            _state.launch(f"{what}: peer copy from device {a._dev}")
-            host = np.array(a._a, dtype=dtype, order=order or "K")
-            return new(host, what)
+            src = a._a
+            host = np.array(src, dtype=dtype, order=order or "K")
+            result = new(host, what)
+            _state.launch(f"{what}: peer copy from device {a._dev}", replay=lambda: host.__setitem__(Ellipsis, src),
+                          outputs=[host])
+            return result
         need_cast = dtype is not None and np.dtype(dtype) != a.dtype
         need_order = order in ("C",) and not a._a.flags.c_contiguous or order == "F" and not a._a.flags.f_contiguous
         if copy or need_cast or need_order:
@@ -215,11 +219,16 @@ def get_array_module(*args):
 def _gather(name, np_fn, a, indices, n, out=None):
     # CuPy wraps out-of-range indices around where NumPy raises: code that relies on NumPy's IndexError for
     # validation is silently wrong on a GPU, and the simulator shows it.
-    idx = np.asarray(unwrap(indices))
+    src, idx = unwrap(a), np.asarray(unwrap(indices))
     idx = idx % n if n else idx
-    result = np_fn(unwrap(a), idx, **({} if out is None else {"out": unwrap(out)}))
-    _state.launch(f"cupy.{name}")
-    return out if out is not None else new(np.asarray(result), f"cupy.{name}")
+    if out is not None:
+        dst = unwrap(out)
+        _state.run(f"cupy.{name}", lambda: np_fn(src, idx, out=dst))
+        return out
+    host = np.asarray(np_fn(src, idx))
+    result = new(host, f"cupy.{name}")
+    _state.launch(f"cupy.{name}", replay=lambda: host.__setitem__(Ellipsis, np_fn(src, idx)), outputs=[host])
+    return result
 
 
 def take(a, indices, axis=None, out=None):

@@ -69,8 +69,7 @@ class RawKernel:
             raise TypeError(f"{self.name}: args must be a tuple, got {type(args).__name__}")
         fn = self._function()
         hosts = tuple(_kernel_arg(self.name, i, a) for i, a in enumerate(args))
-        _state.launch(self.name)
-        fn(grid, block, hosts, shared_mem=shared_mem)
+        _state.run(self.name, lambda: fn(grid, block, hosts, shared_mem=shared_mem))
 
 
 class RawModule:
@@ -127,11 +126,14 @@ class ElementwiseKernel:
                 raise TypeError(f"{self.name}: argument {i}: Unsupported type {type(a)}")
             hosts.append(unwrap(a))
         given = args[self.nin:]
-        result = _compiled(lambda: self._emu(*hosts), f"elementwise kernel {self.name}")
-        _state.launch(self.name)
-        results = result if self.nout > 1 else (result,)
-        out = tuple(g if g is not None else new(r, self.name)
-                    for g, r in zip(given or (None,) * self.nout, results))
+        if given:  # writes into the caller's arrays: run now, or record under capture
+            _state.run(self.name, lambda: _compiled(lambda: self._emu(*hosts), f"elementwise kernel {self.name}"))
+            out = tuple(given)
+        else:
+            result = _compiled(lambda: self._emu(*hosts), f"elementwise kernel {self.name}")
+            fresh = list(result) if self.nout > 1 else [result]
+            out = tuple(new(r, self.name) for r in fresh)
+            _state.launch(self.name, replay=lambda: self._emu(*hosts, *fresh), outputs=fresh)
         if self.no_return:
             return None
         return out if (self.nout > 1 or self.return_tuple) else out[0]

@@ -24,12 +24,14 @@ class Generator:
         if _state.current_device() != self._dev:
             raise ValueError(f"cupy.random.Generator made on device {self._dev} used while device "
                              f"{_state.current_device()} is current (its state lives on device {self._dev})")
-        host = np.asarray(draw()).astype(dtype, copy=False)
-        _state.launch(f"Generator.{name}")
         if out is not None:
-            unwrap(out)[...] = host
+            dst = unwrap(out)
+            _state.run(f"Generator.{name}", lambda: dst.__setitem__(Ellipsis, draw()))
             return out
-        return new(host, f"Generator.{name}")
+        host = np.asarray(draw()).astype(dtype, copy=False)
+        result = new(host, f"Generator.{name}")
+        _state.launch(f"Generator.{name}", replay=lambda: host.__setitem__(Ellipsis, draw()), outputs=[host])
+        return result
 
     def random(self, size=None, dtype=np.float64, out=None):
         return self._draw("random", {}, lambda: self._rng.random(size, dtype=dtype), dtype, out)
