@@ -298,3 +298,41 @@ def test_unavailable_cuda_falls_back_to_the_cpu(monkeypatch):
         assert default_device() == "cpu"
     finally:
         cuda_backend._probe.cache_clear()
+
+
+# ---- CUDA-graph capture: recorded, not run; replayed on the captured buffers -------------------------------------
+def test_stream_capture_records_work_and_graph_launch_replays_it(cp):
+    x = cp.asarray(np.arange(4, dtype=np.float32))
+    w = cp.ones(4, dtype=np.float32)
+    s, pool = cp.cuda.Stream(non_blocking=True), cp.cuda.MemoryPool()
+    with s, cp.cuda.using_allocator(pool.malloc):
+        s.begin_capture()
+        assert s.is_capturing()
+        y = x * 2 + w  # allocated in the graph's pool; not computed yet
+        w += y
+        g = s.end_capture()
+    assert np.isnan(y.get()).all() and w.get().tolist() == [1.0] * 4  # nothing ran during capture
+    cuda_sim.reset_counters()
+    g.launch()
+    assert w.get().tolist() == [2.0, 4.0, 6.0, 8.0] and y.get().tolist() == [1.0, 3.0, 5.0, 7.0]
+    counts = cuda_sim.counters()
+    assert counts["graph_launches"] == 1 and counts["launches"] == 3 and counts["allocs"] == 0
+    x[...] = 10.0  # replays read the buffers' current values
+    g.launch()
+    assert w.get().tolist() == [24.0, 28.0, 32.0, 36.0]  # y = 10 * 2 + w; w += y
+
+
+def test_capture_refuses_what_a_gpu_refuses(cp):
+    from gpugrad.testing.cuda_sim.cuda import CUDARuntimeError
+
+    with pytest.raises(CUDARuntimeError, match="legacy default stream"):
+        cp.cuda.Stream.null.begin_capture()
+    x = cp.ones(3)
+    s = cp.cuda.Stream(non_blocking=True)
+    for bad, match in ((lambda: float(x[0]), "host sync"), (lambda: cp.asarray(np.ones(3)), "pageable"),
+                       (lambda: x * 2, "outside a memory pool")):
+        with s:
+            s.begin_capture()
+            with pytest.raises(CUDARuntimeError, match=match):
+                bad()
+            s.end_capture()
