@@ -164,16 +164,25 @@ STEP_BUDGETS = {("sgd", 64): 18, ("adam", 64): 18, ("sgd", 4096): 21, ("adam", 4
 PYTORCH_EAGER = {"sgd": 23, "adam": 30}
 
 
-def _mlp_step_counts(opt_name, batch=64):
+def _mlp_and_optimizer(opt_name, batch=64):
     gpugrad.manual_seed(0)
     model = nn.MLP([784, 1024, 1024, 10]).to("cuda")
     opt = (gpugrad.optim.SGD(model.parameters(), lr=0.01, momentum=0.9) if opt_name == "sgd"
            else gpugrad.optim.Adam(model.parameters(), lr=1e-3))
     x, t = gpugrad.randn(batch, 784, device="cuda"), gpugrad.randint(0, 10, size=(batch,), device="cuda")
 
-    def step():
-        opt.zero_grad()
+    def backward():
+        opt.zero_grad()  # to None: backward hands over fresh gradient buffers, new pointers every step
         F.cross_entropy(model(x), t).backward()
+
+    return opt, backward
+
+
+def _mlp_step_counts(opt_name, batch=64):
+    opt, backward = _mlp_and_optimizer(opt_name, batch)
+
+    def step():
+        backward()
         opt.step()
 
     step()  # the first step makes the gradient buffers and optimizer state
@@ -231,20 +240,6 @@ def test_token_logprob_embedding_and_gather_make_no_syncs():
 
 
 # ---- the optimizer step: one multi-tensor launch, no syncs, no transfers, replayable in a CUDA graph -----------------
-def _mlp_and_optimizer(opt_name, batch=64):
-    gpugrad.manual_seed(0)
-    model = nn.MLP([784, 1024, 1024, 10]).to("cuda")
-    opt = (gpugrad.optim.SGD(model.parameters(), lr=0.01, momentum=0.9) if opt_name == "sgd"
-           else gpugrad.optim.Adam(model.parameters(), lr=1e-3))
-    x, t = gpugrad.randn(batch, 784, device="cuda"), gpugrad.randint(0, 10, size=(batch,), device="cuda")
-
-    def backward():
-        opt.zero_grad()  # to None: backward hands over fresh gradient buffers, new pointers every step
-        F.cross_entropy(model(x), t).backward()
-
-    return opt, backward
-
-
 @needs_sim
 @pytest.mark.parametrize("opt_name", ["sgd", "adam"])
 def test_optimizer_step_is_one_launch_with_no_sync_and_no_transfer(opt_name):
