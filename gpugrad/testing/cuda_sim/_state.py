@@ -77,7 +77,8 @@ def launch(what: str, n: int = 1, replay=None, outputs=()) -> None:
     capture they are recorded instead: ``replay()`` recomputes into the same buffers when the graph runs."""
     if capture is not None:
         _poison(outputs)
-        capture.ops.extend([(what, replay)] + [(what, None)] * (n - 1))
+        if n:
+            capture.ops.extend([(what, replay)] + [(what, None)] * (n - 1))
         return
     _counts["launches"] += n
     if _trace is not None:
