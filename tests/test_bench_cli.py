@@ -54,10 +54,12 @@ def test_quick_cpu_run_writes_every_figure(quick_run, capsys):
     assert mlp["batch"] == 512 and mlp["sizes"] == [784, 1024, 1024, 10]
     assert mlp["impls"]["baseline"]["time_vs_baseline"] == 1.0
     assert mlp["impls"]["gpugrad"]["samples_per_s"] > 0 and mlp["impls"]["gpugrad"]["time_vs_baseline"] > 0
+    assert "CUDA graphs need a CUDA device" in mlp["unavailable"]["gpugrad_graph"]  # an n/a row, with the reason
     eng = cpu["engine"]
     assert eng["us_per_op"]["gpugrad"] > 0
     if suites.torch_unavailable_reason("cpu") is None:
         assert mlp["impls"]["torch"]["time_vs_baseline"] > 0 and eng["gpugrad_vs_torch"] > 0
+        assert mlp["impls"]["gpugrad"]["time_vs_torch"] > 0 and mlp["impls"]["torch"]["time_vs_torch"] == 1.0
     env = res["environment"]
     for key in ("python", "numpy", "cupy", "torch", "date", "gpugrad", "cuda"):
         assert key in env
@@ -92,11 +94,18 @@ def test_quick_cuda_run_writes_every_section(tmp_path, capsys):
     assert cuda["peak_bandwidth"]["gbs"] > 0 and all(k["gbs"] > 0 for k in cuda["kernels"])
     assert cuda["matmul"]["cases"] and all(m["gflops"] > 0 for m in cuda["matmul"]["cases"])
     assert [e["batch"] for e in cuda["mlp"]] == cuda["config"]["batches"]
+    if not cuda_sim.enabled():  # a real GPU: the step benchmark's batches (the simulated device keeps the CPU's)
+        assert cuda["config"]["batches"] == [64, 512, 4096]
+    torch_ok = suites.torch_unavailable_reason("cuda") is None
     for e in cuda["mlp"]:
         assert e["impls"]["baseline"]["time_vs_baseline"] == 1.0 and e["impls"]["gpugrad"]["samples_per_s"] > 0
+        graph = e["impls"]["gpugrad_graph"]  # the gpugrad step replayed as a CUDA graph, next to eager and torch
+        assert graph["samples_per_s"] > 0 and graph["time_vs_baseline"] > 0
+        assert (graph["time_vs_torch"] is not None) is torch_ok and ("torch" in e["unavailable"]) is not torch_ok
     assert cuda["engine"]["us_per_op"]["gpugrad"] > 0
     out = capsys.readouterr().out
     assert "== cuda: " in out and ("not GPU figures" in out) is cuda_sim.enabled()
+    assert re.search(r"^ *\d+ +gpugrad_graph +[\d,]+ ", out, re.M)  # its row in the MLP table
 
 
 def test_plot_without_matplotlib_fails_before_measuring(monkeypatch, tmp_path, capsys):
@@ -377,6 +386,19 @@ def test_mlp_steps_agree():
     for impl, got in losses.items():
         np.testing.assert_allclose(got, losses["baseline"], rtol=1e-5, err_msg=impl)
     assert losses["baseline"][2] < losses["baseline"][0]  # it trains
+
+
+def test_mlp_table_shows_the_graph_row_against_baseline_and_torch():
+    from gpugrad.bench import report
+
+    times = {"baseline": 2e-4, "gpugrad": 3e-4, "gpugrad_graph": 7e-5, "torch": 1.4e-4}
+    impls = {k: {"median_s": t, "iqr_s": t / 10, "samples_per_s": 64 / t, "time_vs_baseline": t / times["baseline"],
+                 "time_vs_torch": t / times["torch"]} for k, t in times.items()}
+    lines = report._format_mlp({"device": "cuda", "mlp": [{"batch": 64, "sizes": [784, 10], "impls": impls,
+                                                           "unavailable": {}}]})
+    text = "\n".join(lines)
+    assert "vs torch" in text and "replayed as a CUDA graph" in text
+    assert re.search(r"^ +64 +gpugrad_graph +914,286 +70 µs +10% +0\.35x +0\.50x$", text, re.M), text
 
 
 def _host(v):

@@ -159,10 +159,14 @@ def _format_mlp(result):
     rows = []
     for e in result["mlp"]:
         for impl, r in e["impls"].items():
+            vs_torch = r.get("time_vs_torch")  # None without PyTorch (absent in results of older versions)
             rows.append([e["batch"], impl, f"{r['samples_per_s']:,.0f}", fmt_time(r["median_s"]), _spread(r),
-                         f"{r['time_vs_baseline']:.2f}x"])
-        rows += [[e["batch"], impl, "-", "-", "", "n/a"] for impl in e["unavailable"]]
-    out.append(_table(["batch", "impl", "samples/s", "step", "IQR", "time vs baseline"], rows, "><>>>>"))
+                         f"{r['time_vs_baseline']:.2f}x", f"{vs_torch:.2f}x" if vs_torch else "-"])
+        rows += [[e["batch"], impl, "-", "-", "", "n/a", "n/a"] for impl in e["unavailable"]]
+    out.append(_table(["batch", "impl", "samples/s", "step", "IQR", "time vs baseline", "vs torch"], rows,
+                      "><>>>>>"))
+    if any("gpugrad_graph" in e["impls"] for e in result["mlp"]):
+        out.append("gpugrad_graph: the gpugrad step captured once after a warm-up step, replayed as a CUDA graph")
     out += sorted({f"{impl}: {why}" for e in result["mlp"] for impl, why in e["unavailable"].items()})
     return out
 

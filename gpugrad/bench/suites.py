@@ -711,53 +711,85 @@ def mlp_batch(backend, batch, sizes=MLP_SIZES, seed=1):
             backend.asarray(rng.integers(0, sizes[-1], batch, dtype=np.int64)))
 
 
-def mlp_steps(backend, batch, sizes=MLP_SIZES, lr=0.01, seed=0, impls=("baseline", "gpugrad", "torch")):
-    """{impl: step()} for the ReLU MLP's SGD training step at ``batch``, all from the same initial parameters
-    (torch's Linear init, drawn from ``seed``); each step() returns the loss (an array or tensor, unsynchronized).
-    Unavailable implementations map to the reason (a str)."""
-    import gpugrad
-    from gpugrad import nn
+MLP_IMPLS = ("baseline", "gpugrad", "gpugrad_graph", "torch")
 
+
+def mlp_steps(backend, batch, sizes=MLP_SIZES, lr=0.01, seed=0, impls=MLP_IMPLS):
+    """{impl: step()} for the ReLU MLP's SGD training step at ``batch``, all from the same initial parameters
+    (torch's Linear init, drawn from ``seed``) and on the same fixed batch; each step() returns the loss (an array
+    or tensor, unsynchronized). "gpugrad_graph" is gpugrad's step captured once as a CUDA graph and replayed.
+    Unavailable implementations map to the reason (a str)."""
     rng = np.random.default_rng(seed)
-    host, layers = [], []
-    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+    host = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
         bound = 1 / math.sqrt(fan_in)
         host += [rng.uniform(-bound, bound, shape).astype(np.float32) for shape in ((fan_out, fan_in), (fan_out,))]
-        layers += [nn.Linear(fan_in, fan_out, device=backend.device)] + ([nn.ReLU()] if i < len(sizes) - 2 else [])
-    model = nn.Sequential(*layers)
-    params = list(model.parameters())
-    with gpugrad.no_grad():
-        for p, h in zip(params, host):
-            p.copy_(gpugrad.tensor(h, device=backend.device))
     x, t = mlp_batch(backend, batch, sizes)
     steps = {}
     if "baseline" in impls:
         bparams = [backend.asarray(h) for h in host]
         steps["baseline"] = lambda: baseline_mlp_step(backend.xp, bparams, x, t, lr)
     if "gpugrad" in impls:
-        steps["gpugrad"] = _gpugrad_mlp_step(model, params, x, t, lr)
+        steps["gpugrad"] = _gpugrad_mlp_step(backend, host, sizes, x, t, lr)[0]
+    if "gpugrad_graph" in impls:
+        steps["gpugrad_graph"] = (_graphed_mlp_step(backend, host, sizes, x, t, lr) if backend.name == "cuda" else
+                                  f"CUDA graphs need a CUDA device, not {backend.name}")
     if "torch" in impls:
         th, dev = torch_for(backend)
         steps["torch"] = dev if th is None else _torch_mlp_step(th, dev, host, sizes, x, t, lr)
     return steps
 
 
-def _gpugrad_mlp_step(model, params, x, t, lr):
+def _load_host_params(params, host):
     import gpugrad
+
+    with gpugrad.no_grad():
+        for p, h in zip(params, host):
+            p.copy_(gpugrad.tensor(h, device=p.device))
+
+
+def _gpugrad_mlp_step(backend, host, sizes, x, t, lr, set_to_none=True):
+    """(step, parameters) of a gpugrad model of its own, loaded with ``host``."""
+    import gpugrad
+    from gpugrad import nn
     from gpugrad.optim import SGD
 
-    F = _F()
-    xt, tt = gpugrad.tensor(x, device=params[0].device), gpugrad.tensor(t, device=params[0].device)
+    F, layers = _F(), []
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers += [nn.Linear(fan_in, fan_out, device=backend.device)] + ([nn.ReLU()] if i < len(sizes) - 2 else [])
+    model = nn.Sequential(*layers)
+    params = list(model.parameters())
+    _load_host_params(params, host)
+    xt, tt = gpugrad.tensor(x, device=backend.device), gpugrad.tensor(t, device=backend.device)
     opt = SGD(params, lr=lr)
 
     def step():
-        opt.zero_grad()
+        opt.zero_grad(set_to_none)
         loss = F.cross_entropy(model(xt), tt)
         loss.backward()
         opt.step()
         return loss
 
-    return step
+    return step, params
+
+
+def _graphed_mlp_step(backend, host, sizes, x, t, lr):
+    """gpugrad's step captured after one eager warm-up step; each call replays the graph (on the same fixed batch,
+    like the other implementations) and returns the captured loss tensor, which the replay rewrites."""
+    import gpugrad
+
+    step, params = _gpugrad_mlp_step(backend, host, sizes, x, t, lr, set_to_none=False)  # same gradient buffers
+    step()  # warm-up: gradient buffers and optimizer state exist before capture
+    g = gpugrad.cuda.CUDAGraph()
+    with gpugrad.cuda.graph(g):
+        loss = step()  # recorded, not run
+    _load_host_params(params, host)  # undo the warm-up: every implementation starts from the same parameters
+
+    def replay():
+        g.replay()
+        return loss
+
+    return replay
 
 
 def _torch_mlp_step(th, dev, host, sizes, x, t, lr):
@@ -781,7 +813,8 @@ def _torch_mlp_step(th, dev, host, sizes, x, t, lr):
 
 
 def run_mlp(backend, timer, batches, repeats=None, tick=None):
-    """Per batch: samples/s of each implementation and its step time relative to the hand-written baseline."""
+    """Per batch: samples/s of each implementation and its step time relative to the hand-written baseline and to
+    PyTorch (None without it)."""
     out = []
     for batch in batches:
         steps = mlp_steps(backend, batch)
@@ -793,9 +826,9 @@ def run_mlp(backend, timer, batches, repeats=None, tick=None):
         if tick:
             for impl in steps:
                 tick(f"mlp b{batch} {impl}")
-        base = entry["impls"]["baseline"]["median_s"]
+        base, th = entry["impls"]["baseline"]["median_s"], entry["impls"].get("torch", {}).get("median_s")
         for impl, r in entry["impls"].items():
-            r["time_vs_baseline"] = r["median_s"] / base
+            r["time_vs_baseline"], r["time_vs_torch"] = r["median_s"] / base, r["median_s"] / th if th else None
         out.append(entry)
     return out
 
@@ -930,7 +963,7 @@ class Config:
     @property
     def steps(self):
         """Progress ticks a run of this config makes."""
-        return len(KERNELS) + 3 * len(self.batches) + 3 * len(self.batches) + 2
+        return len(KERNELS) + 3 * len(self.batches) + len(MLP_IMPLS) * len(self.batches) + 2
 
 
 def config_for(device_name, quick=False, shape=None):
@@ -938,7 +971,7 @@ def config_for(device_name, quick=False, shape=None):
     past an H100/H200's 50-60 MB L2) arrays; ``--quick`` keeps a whole CPU run under ~30 s on 2 cores. A simulated
     CUDA device (which computes on the CPU) gets the CPU's sizes."""
     if device_name == "cuda" and not get_backend("cuda").simulated:
-        cfg = Config(shape=(8192, 4096), repeats=10, batches=(512, 4096), matmul_peak_n=4096, tiny_ops=200,
+        cfg = Config(shape=(8192, 4096), repeats=10, batches=(64, 512, 4096), matmul_peak_n=4096, tiny_ops=200,
                      min_sample_s=0.002, mlp_repeats=10)
         if not quick:
             cfg = dataclasses.replace(cfg, shape=(8192, 8192), repeats=30, matmul_peak_n=8192, tiny_ops=1000,
@@ -987,4 +1020,4 @@ def run_device(device_name, config, tick=None, sections=SECTIONS, on_update=None
 __all__ = ["Timing", "Inputs", "KernelCase", "KERNELS", "OpCase", "OPS", "MatmulCase", "Config", "bytes_moved",
            "kernel_workload", "op_workload", "matmul_workload", "baseline_mlp_step", "mlp_steps", "config_for",
            "run_device", "kernels", "ops", "mlp_matmuls", "tiny_chain", "torch_for", "optimizer_workload", "synced",
-           "bench_shape", "shared_inputs", "SECTIONS"]
+           "bench_shape", "shared_inputs", "SECTIONS", "MLP_IMPLS"]
