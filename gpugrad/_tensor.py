@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numbers
+import weakref
 
 import numpy as np
 
@@ -186,8 +187,6 @@ class Tensor:
         if not self._requires_grad:
             raise RuntimeError("can't retain_grad on a tensor that does not require grad")
         if self._grad_fn is not None:
-            import weakref
-
             self._grad_fn._retain = weakref.ref(self)
 
     def register_hook(self, hook):
@@ -196,11 +195,9 @@ class Tensor:
             raise RuntimeError("cannot register a hook on a tensor that does not require grad")
         from gpugrad.autograd.function import AccumulateGrad
 
-        node = self._grad_fn or AccumulateGrad.of(self)
         if self._grad_fn is None:
-            # A leaf normally holds its accumulator weakly (graphs keep it alive); its hooks must outlive graphs.
-            self._accumulator = lambda: node
-        return node.register_prehook(hook)
+            return AccumulateGrad.register_leaf_hook(self, hook)  # kept on the leaf's side: they outlive graphs
+        return self._grad_fn.register_prehook(hook)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (``gradient`` = upstream, for non-scalars)."""
@@ -378,7 +375,7 @@ class Tensor:
     def _compare(self, o, fn):
         o = self._other(o)
         od = o._data if isinstance(o, Tensor) else o
-        return _make(fn(self._data, od), self._backend)
+        return _make(self._backend.as_array(fn(self._data, od)), self._backend)  # 0-d: an array, not a scalar
 
     def __eq__(self, o): return self._compare(o, lambda a, b: a == b)
     def __ne__(self, o): return self._compare(o, lambda a, b: a != b)
@@ -390,18 +387,20 @@ class Tensor:
 
     @_on_own_device
     def __invert__(self):
-        return _make(~self._data, self._backend)
+        return _make(self._backend.as_array(~self._data), self._backend)
 
     def __and__(self, o): return self._compare(o, lambda a, b: a & b)
     def __or__(self, o): return self._compare(o, lambda a, b: a | b)
 
     @_on_own_device
     def argmax(self, axis=None, keepdims=False):
-        return _make(self._backend.xp.argmax(self._data, axis=axis, keepdims=keepdims), self._backend)
+        return _make(self._backend.as_array(self._backend.xp.argmax(self._data, axis=axis, keepdims=keepdims)),
+                     self._backend)
 
     @_on_own_device
     def argmin(self, axis=None, keepdims=False):
-        return _make(self._backend.xp.argmin(self._data, axis=axis, keepdims=keepdims), self._backend)
+        return _make(self._backend.as_array(self._backend.xp.argmin(self._data, axis=axis, keepdims=keepdims)),
+                     self._backend)
 
     # -- reductions -----------------------------------------------------------------------------------------------
     def sum(self, axis=None, keepdims=False): return Sum.apply(self, axis=_axis(axis), keepdims=keepdims)
@@ -429,7 +428,15 @@ class Tensor:
         new_shape = out.shape
         return _view(out, self, lambda a: a.reshape(new_shape))
 
-    view = reshape
+    def view(self, *shape):
+        """Same memory, new shape: never copies.  Raises (as torch) where the strides do not allow it, e.g. a
+        transposed tensor flattened; ``reshape`` copies then."""
+        out = self.reshape(*shape)
+        if out._base is None and self._data.size:  # reshape had to copy
+            raise RuntimeError(f"view size is not compatible with input tensor's size and stride: shape {out.shape} "
+                               f"cannot view a tensor of shape {self.shape} and strides {self._data.strides} (at least "
+                               "one dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
+        return out
 
     def flatten(self, start_dim=0, end_dim=-1):
         nd = max(self.ndim, 1)
@@ -471,7 +478,11 @@ class Tensor:
 
     def expand(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return _view(Expand.apply(self, shape=shape), self, None)  # read-only: no writing through it
+        out = Expand.apply(self, shape=shape)
+        if out._data.size != self._data.size:  # elements share memory: in-place writes are refused (_check_overlap)
+            return _view(out, self, None)
+        new_shape = out.shape  # only size-1 axes added: a plain view that can be written through, as in torch
+        return _view(out, self, lambda a: a.reshape(new_shape))
 
     def expand_as(self, other):
         return self.expand(other.shape)
@@ -530,6 +541,7 @@ class Tensor:
 
     @_on_own_device
     def _inplace(self, op, result_fn, other=None):
+        _check_overlap(self, op)
         if self._check_inplace(op, other):
             if self._base is not None and self._base_fn is not self._base._grad_fn:
                 _function._refresh_view(self)
@@ -537,14 +549,16 @@ class Tensor:
             node = result._grad_fn
             if node is not None and hasattr(node, "unshare_saved"):
                 node.unshare_saved(self)  # it may have saved the buffer we are about to overwrite
+            _function.before_write(self)
             self._backend.xp.copyto(self._data, result._data, casting="same_kind")
             if self._base is None:
-                self._grad_fn, self._requires_grad = node, True
+                _function.rebase(self, node)
             else:
                 _write_through(self, result, op)
         else:
             with _no_grad():
                 result = result_fn()
+            _function.before_write(self)
             self._backend.xp.copyto(self._data, result._data, casting="same_kind")
         self._version_counter[0] += 1
         return self
@@ -577,6 +591,8 @@ class Tensor:
             # Recorded as "everything replaced by a constant": no gradient flows to the old values.
             everywhere = self._backend.xp.ones(self.shape, dtype=bool)
             return self._inplace("fill_", lambda: Where.apply(value, self, cond=everywhere))
+        _check_overlap(self, "fill_")
+        _function.before_write(self)
         self._data.fill(value)
         self._version_counter[0] += 1
         return self
@@ -621,6 +637,17 @@ def _view(out, base, view_fn):
     return out
 
 
+def _check_overlap(t, op):
+    """torch refuses in-place writes into a tensor whose elements share memory (an expand along a size-1 axis):
+    NumPy would refuse with a read-only error, and CuPy would write each element's several updates in a race."""
+    if t._data.size > 1 and any(st == 0 and n > 1 for st, n in zip(t._data.strides, t._data.shape)):
+        raise RuntimeError(f"{op}: unsupported operation: more than one element of the written-to tensor refers to a "
+                           "single memory location. Please clone() the tensor before performing the operation.")
+    if t._base is not None and t._view_fn is None:  # a view taken from such an expand (a row of it)
+        raise RuntimeError(f"{op}: cannot write in place into a view of an expand() whose elements share memory; "
+                           "clone() the tensor before performing the operation")
+
+
 def _compose(outer, inner):
     return lambda a: outer(inner(a))
 
@@ -637,7 +664,7 @@ def _write_through(view, value, op):
         raise RuntimeError(f"{op}: cannot write in place into a view made by expand(); "
                            "several of its elements share one memory location")
     new_root = CopySlices.apply(root, value, view_fn=view._view_fn)
-    root._grad_fn, root._requires_grad = new_root._grad_fn, True
+    _function.rebase(root, new_root._grad_fn)
     _function._refresh_view(view)
 
 

@@ -7,10 +7,10 @@
 // fused activation backward + bias-gradient column sum.
 #include "common.cuh"
 
-// relu: y = max(x, 0) (NaN passes through, as torch); gx = gy * (y > 0), subgradient 0 at 0 as torch.
-// Ops: relu, bias_act(relu).
+// relu: y = max(x, 0) (NaN passes through, as torch); gx = y <= 0 ? 0 : gy, a select as torch's threshold_backward:
+// subgradient 0 at 0, an inf/NaN gy is dropped where y <= 0, a NaN y passes gy. Ops: relu, bias_act(relu).
 template <typename T> __device__ __forceinline__ T relu_fwd(T x) { return x < T(0) ? T(0) : x; }
-template <typename T> __device__ __forceinline__ T relu_bwd(T y, T gy) { return y > T(0) ? gy : T(0); }
+template <typename T> __device__ __forceinline__ T relu_bwd(T y, T gy) { return y <= T(0) ? T(0) : gy; }
 
 // gelu, tanh approximation (torch approximate='tanh'): y = x/2 * (1 + tanh(k (x + a x^3))), k = sqrt(2/pi),
 // a = 0.044715; gx = gy * (1/2 (1 + t) + x/2 (1 - t^2) k (1 + 3 a x^2)). Saves x (not y). Ops: gelu, bias_act.

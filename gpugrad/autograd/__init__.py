@@ -1,7 +1,9 @@
-"""Reverse-mode autograd: ``backward``, ``grad``, grad modes, custom ``Function`` and ``gradcheck``."""
+"""Reverse-mode autograd: ``backward``, ``grad``, grad modes, custom ``Function``, ``gradcheck`` and anomaly mode."""
 from __future__ import annotations
 
 from gpugrad.autograd import engine
+from gpugrad.autograd.anomaly import (detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled,
+                                     set_detect_anomaly)
 from gpugrad.backend import on
 from gpugrad.autograd.custom import Function, FunctionCtx
 from gpugrad.autograd.function import AccumulateGrad, Node, Op
@@ -11,7 +13,8 @@ from gpugrad.autograd.grad_mode import (enable_grad, inference_mode, is_grad_ena
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "gradcheck", "GradcheckError", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "Node", "Op",
-           "AccumulateGrad"]
+           "AccumulateGrad", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
+           "is_anomaly_check_nan_enabled"]
 
 
 def _roots(outputs, grad_outputs, create_graph, what):

@@ -1,6 +1,7 @@
 """User-defined ops in PyTorch's style: ``class F(gpugrad.autograd.Function)`` with static forward/backward."""
 from __future__ import annotations
 
+from gpugrad.autograd.anomaly import STATE as _ANOMALY, record as _record_stack
 from gpugrad.autograd.function import AccumulateGrad, Node
 from gpugrad.autograd.grad_mode import STATE, enable_grad, no_grad
 
@@ -100,4 +101,6 @@ class Function:
             node._in_meta = tuple((a.shape, a.dtype) if isinstance(a, Tensor) else None for a in args)
             out = out.detach()  # never relabel a tensor the user holds (forward may return an input)
             out._requires_grad, out._grad_fn = True, node
+            if _ANOMALY.enabled:
+                _record_stack(node)
         return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
+from gpugrad.autograd import anomaly as _anomaly
 from gpugrad.autograd.function import AccumulateGrad
 from gpugrad.backend import graphs as _graphs
 from gpugrad.autograd.grad_mode import enable_grad
@@ -70,11 +71,15 @@ def run(roots, retain_graph=False, create_graph=False, capture=None):
     from gpugrad.autograd import tensor_xp
 
     order = toposort([n for n, _ in roots])
+    check = _anomaly.checker(len(order))  # None unless detect_anomaly() is on
     needed = None
     if capture is not None:
+        # As torch: a node runs only if a captured node lies strictly below it.  A captured node with none below
+        # is not run (its saved tensors stay, so a later backward through it works) and its hooks run before the
+        # capture; nodes that lead to no captured node are skipped, hooks and all.
         needed = set()
-        for node in reversed(order):  # inputs first: keep nodes from which a captured node is reachable
-            if node in capture or any(p in needed for p, _ in node.next_functions):
+        for node in reversed(order):  # inputs first
+            if any(p in needed or p in capture for p, _ in node.next_functions):
                 needed.add(node)
     grads = {}
     for node, g in roots:
@@ -88,23 +93,33 @@ def run(roots, retain_graph=False, create_graph=False, capture=None):
             if node._be.device_scope is not device.scope:
                 device.use(node._be.device_scope)
             g, owned = entry
+            if capture is not None and node not in needed:  # captured, nothing to run: hooks, then capture
+                if node not in capture:
+                    continue
+                if node._pre_hooks:
+                    g, owned = _run_hooks(node, g, owned, create_graph)
+                if node._retain is not None:
+                    _retain_grad(node, g, create_graph)
+                capture[node] = g
+                continue
             if capture is not None and node in capture:
-                capture[node] = g  # autograd.grad returns the gradient before the tensor's own hooks, as torch
+                capture[node] = g  # it also runs: captured before its hooks (torch's NOTE [Hooks ordering])
             if node._pre_hooks:
                 g, owned = _run_hooks(node, g, owned, create_graph)
             if node._retain is not None:
                 _retain_grad(node, g, create_graph)
-            if capture is not None and (node not in needed or isinstance(node, AccumulateGrad)):
-                continue
             if isinstance(node, AccumulateGrad):
                 _accumulate_leaf(node.variable, g, owned, create_graph)
                 continue
             try:
                 gxs = node.run_backward(g, create_graph)
             except Exception as e:
+                _anomaly.annotate(node, e)  # under detect_anomaly(): where the forward made this node
                 if _graphs.CAPTURING:
                     raise _graphs.capture_error(node.name(), e) from e
                 raise
+            if check is not None:
+                check(node, gxs)
             del entry
             if not retain_graph:
                 node.release()
@@ -129,6 +144,8 @@ def run(roots, retain_graph=False, create_graph=False, capture=None):
                     gx = fitted
                 _add(grads, parent, gx, owned, create_graph)
             del g, gxs
+    if check is not None:
+        check.finish()  # CUDA: one read of the per-node flags
     return capture
 
 
@@ -180,7 +197,7 @@ def _add(grads, node, g, owned, create_graph):
         acc += g  # the first sum below made this buffer ours: add in place
         grads[node] = (acc, True)
     else:
-        grads[node] = (prev[0] + g, True)
+        grads[node] = (node._be.as_array(prev[0] + g), True)  # NumPy sums 0-d arrays into a scalar
 
 
 def _run_hooks(node, g, owned, create_graph):

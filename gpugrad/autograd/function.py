@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 
+from gpugrad.autograd.anomaly import STATE as _ANOMALY, record as _record_stack
 from gpugrad.autograd.grad_mode import STATE
 from gpugrad.backend import backend_of, graphs as _graphs
 
@@ -53,14 +54,48 @@ class AccumulateGrad(Node):
     def _be(self):
         return self.variable._backend
 
+    @property
+    def _pre_hooks(self):
+        link = self.variable._accumulator  # the leaf's hooks live on the leaf's side: see _LeafHooks
+        return link.hooks if type(link) is _LeafHooks else None
+
+    def register_prehook(self, hook):
+        return AccumulateGrad.register_leaf_hook(self.variable, hook)
+
+    @staticmethod
+    def register_leaf_hook(tensor, hook):
+        link = tensor._accumulator
+        if type(link) is not _LeafHooks:
+            link = tensor._accumulator = _LeafHooks(link)
+        link.hooks.append(hook)
+        return _HookHandle(link.hooks, hook)
+
     @staticmethod
     def of(tensor) -> "AccumulateGrad":
         # The tensor keeps only a weak reference, like PyTorch: graph nodes keep the accumulator alive.
-        acc = tensor._accumulator() if tensor._accumulator is not None else None
+        link = tensor._accumulator
+        acc = link() if link is not None else None
         if acc is None:
             acc = AccumulateGrad(tensor)
-            tensor._accumulator = weakref.ref(acc)
+            if type(link) is _LeafHooks:
+                link.ref = weakref.ref(acc)
+            else:
+                tensor._accumulator = weakref.ref(acc)
         return acc
+
+
+class _LeafHooks:
+    """A leaf's ``_accumulator`` once hooks are registered on it: the accumulator, still held weakly, and the hooks,
+    which must outlive graphs.  NOTE: holding the accumulator strongly instead would make a cycle (leaf -> node ->
+    node.variable is the leaf), so a hooked leaf and its .grad would wait for the cyclic GC to be freed."""
+
+    __slots__ = ("ref", "hooks")
+
+    def __init__(self, ref):
+        self.ref, self.hooks = ref, []
+
+    def __call__(self):
+        return self.ref() if self.ref is not None else None
 
 
 def _describe(op: str, args) -> str:
@@ -91,7 +126,43 @@ def _refresh_view(view):
                            "take the view again after the in-place operation")
     with enable_grad():
         fresh = AsView.apply(base, view_fn=view._view_fn)
-    view._grad_fn, view._requires_grad, view._base_fn = fresh._grad_fn, fresh._requires_grad, base._grad_fn
+    rebase(view, fresh._grad_fn)
+    view._requires_grad, view._base_fn = fresh._requires_grad, base._grad_fn
+
+
+def rebase(tensor, node):
+    """``tensor`` now holds the output of ``node`` (it was changed in place): its grad_fn moves there, and so does
+    ``retain_grad()``, as in torch (.grad is then the gradient of the new value); hooks stay on the old value's node."""
+    old = tensor._grad_fn
+    if old is not None and old._retain is not None and old._retain() is tensor:
+        old._retain = None
+        if node is not None:
+            node._retain = weakref.ref(tensor)
+    tensor._grad_fn, tensor._requires_grad = node, node is not None or tensor._requires_grad
+
+
+def before_write(tensor):
+    """Called before an in-place write into ``tensor``'s memory.  Nodes that saved one of its values where torch
+    saves a copy or an intermediate of its own (so torch raises nothing when the tensor is then changed) take a
+    private copy now: copy-on-write, paid only when such a write happens.  They subscribed in the tensor's version
+    counter, which every alias (view, detach()) shares: ``[version, WeakSet of nodes]``."""
+    counter = tensor._version_counter
+    if len(counter) > 1:
+        for node in list(counter.pop()):
+            node.unshare_saved(None, counter)
+
+
+def _shadow(array, ref):
+    """(copy, ref) for a saved value of an input about to be overwritten: a private copy, held by a tensor with the
+    input's history (its grad_fn, or for a leaf its accumulator), so create_graph still differentiates through it."""
+    kind, tensor, _ = ref
+    shadow = _make_tensor(array.copy(), tensor._backend, tensor._requires_grad)
+    if tensor._grad_fn is not None:
+        shadow._grad_fn = tensor._grad_fn
+    elif tensor._requires_grad:
+        acc = AccumulateGrad.of(tensor)
+        shadow._accumulator = lambda: acc
+    return shadow._data, (kind, shadow, 0)
 
 
 _tensor_type = None  # set by gpugrad._tensor (it imports this module, so it cannot be imported here)
@@ -115,6 +186,10 @@ class Op(Node):
     saved = None
     _saved_refs = None
     _released = False
+    # Indices of saved inputs that torch keeps as a copy or an intermediate of its own, not as the input tensor
+    # (cross-entropy's logits, 2 / x's x, matmul's folded copies): an in-place change of the input is then legal,
+    # and this node copies the values first (before_write) instead of raising at backward.
+    private_saved = ()
 
     @classmethod
     def backward_name(cls) -> str:
@@ -183,7 +258,13 @@ class Op(Node):
                     raise _graphs.capture_error(cls.__name__, e) from e
                 raise
         rbe = backend_of(out) if fn.changes_device else be
-        out = rbe.as_array(out)
+        if not isinstance(out, rbe.array_type):
+            # NumPy returns 0-d results as scalars (np.float32): the tensor gets a 0-d array, and an op that saved
+            # its output (exp, sqrt, div, max) must hold that same array, or it is not recognised as the output.
+            array = rbe.as_array(out)
+            if fn.saved:
+                fn.saved = tuple(array if s is out else s for s in fn.saved)
+            out = array
         result = _make_tensor(out, rbe)
         if record and out.dtype.kind == "f":  # an integer result (e.g. a cast to int64) carries no gradient
             fn._be = be
@@ -199,6 +280,8 @@ class Op(Node):
             fn._in_meta = meta
             result._requires_grad = True
             result._grad_fn = fn
+            if _ANOMALY.enabled:
+                _record_stack(fn)
             if fn.saved:
                 fn._bind_saved(args, datas, result)
         return result
@@ -223,19 +306,26 @@ class Op(Node):
                             break
             refs.append(ref)
         self._saved_refs = refs
+        for i in self.private_saved:
+            ref = refs[i]
+            if ref is not None and ref[0] in ("in", "inview"):
+                counter = ref[1]._version_counter
+                if len(counter) == 1:
+                    counter.append(weakref.WeakSet())
+                counter[1].add(self)
 
-    def unshare_saved(self, tensor):
+    def unshare_saved(self, tensor, counter=None):
         """Give the node private copies of whatever it saved from ``tensor``'s buffer, which an in-place op
-        is about to overwrite (``z.clamp_()``, ``z.mul_(w)`` on a graph tensor): torch's clone-on-write."""
+        is about to overwrite (``z.clamp_()``, ``z.mul_(w)`` on a graph tensor): torch's clone-on-write.
+        With ``counter`` (before_write): of its ``private_saved`` inputs whose memory has that version counter."""
         if not self.saved or not self._saved_refs:
             return
         saved, refs = list(self.saved), self._saved_refs
         for i, ref in enumerate(refs):
-            if ref is not None and ref[0] in ("in", "inview") and ref[1] is tensor:
-                shadow = _make_tensor(saved[i].copy(), tensor._backend, tensor._requires_grad)
-                shadow._grad_fn = tensor._grad_fn  # the values' history, for create_graph
-                saved[i] = shadow._data
-                refs[i] = ("in" if ref[0] == "in" else "inview", shadow, 0)
+            if ref is not None and ref[0] in ("in", "inview") and (ref[1] is tensor if counter is None else
+                                                                  i in self.private_saved
+                                                                  and ref[1]._version_counter is counter):
+                saved[i], refs[i] = _shadow(saved[i], ref)
         self.saved = tuple(saved)
 
     # -- used by the engine -------------------------------------------------------------------------------------

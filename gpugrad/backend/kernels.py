@@ -109,7 +109,7 @@ RAW_KERNELS = {
     "loss": ("softmax_xent_fwd", "softmax_xent_bwd"),
     "norm": ("layer_norm_fwd", "layer_norm_bwd", "layer_norm_bwd_wb"),
     "optim": ("sgd_update_", "adam_update_", "sgd_multi_update_", "adam_multi_update_"),
-    "check": ("check_index",),  # instantiated per index type (INDEX_CTYPES), not per float type
+    "check": ("check_index", "check_finite"),  # check_index per index type (INDEX_CTYPES), not per float type
 }
 INDEX_CTYPES = {"int32": "int", "int64": "long long"}
 
@@ -132,7 +132,7 @@ def _instantiations(kernel):
     if kernel == "pointwise":
         return [f"pointwise<{op}>" for op in POINTWISE_OPS]
     acts = ACT_IDS if kernel == "bias_act_bwd" else (None,)
-    ctypes = INDEX_CTYPES if kernel in RAW_KERNELS["check"] else CTYPES
+    ctypes = INDEX_CTYPES if kernel == "check_index" else CTYPES
     return [_expr(kernel, c, a) for c in ctypes.values() for a in acts]
 
 
@@ -178,6 +178,7 @@ USES = {
     "token_logprob_fwd": ("loss:softmax_xent_fwd",),
     "token_logprob_bwd": ("loss:softmax_xent_bwd",),
     "check_index": ("check:check_index",),
+    "check_finite": ("check:check_finite",),
     "layer_norm_fwd": ("norm:layer_norm_fwd",),
     "layer_norm_bwd": ("norm:layer_norm_bwd", "norm:layer_norm_bwd_wb", "reduce:sum_rows"),
     "sgd_update_": ("optim:sgd_update_",),
@@ -719,6 +720,43 @@ def check_index(xp, ids, n, status, site):
     partial = rt.empty((2 * grid,), "int64")
     rt.raw_kernel("check", _expr(name, INDEX_CTYPES[ids.dtype.name]))(
         (grid,), (_CHECK_BLOCK,), (ids, partial, _status(rt, status), ids.size, int(n), int(site)))
+
+
+
+_CF_SLOTS, _CF_BLOCK, _CF_MAX_GRID = 8, 256, 1024  # = GG_CF_SLOTS and check_finite's __launch_bounds__
+
+
+def _dense(rt, a):
+    """A C-contiguous array holding each element of ``a`` exactly once: ``a``, or a view of its memory when ``a``
+    is a transpose, a broadcast or a reversal of contiguous data (no launch), else a copy."""
+    if a.flags.c_contiguous:
+        return a
+    v = a[tuple(slice(0, 1) if s == 0 else slice(None, None, -1) if s < 0 else slice(None) for s in a.strides)]
+    v = v.transpose(sorted(range(v.ndim), key=lambda i: -v.strides[i]))
+    return v if v.flags.c_contiguous else rt.ascontiguousarray(a)
+
+
+def check_finite(xp, flags, node, epoch, *arrays):
+    """Record in row ``node`` of ``flags`` (int64, (nodes, 2)) whether any of ``arrays`` (None allowed) holds a NaN
+    (column 0) or +-inf (column 1), as ``epoch`` (> 0) * 2**32 + INT_MAX - the index of the first such array (the
+    largest value is kept: a stale epoch loses, as does a later index). One launch per dtype and 8 arrays; no sync."""
+    name = "check_finite"
+    if flags.dtype != "int64" or flags.ndim != 2 or flags.shape[1] != 2 or not flags.flags.c_contiguous \
+            or not 0 <= node < flags.shape[0]:
+        raise ValueError(f"{name}: flags must be a C-contiguous int64 (nodes, 2) array with a row {node}, "
+                         f"got {_describe([flags])}")
+    rt = runtime()
+    CALLS[name] += 1
+    groups = {}
+    for o, a in enumerate(arrays):
+        if a is not None and a.size:
+            groups.setdefault(_check_float(name, a), []).append((_dense(rt, a), o))
+    for ctype, slots in groups.items():
+        for c in range(0, len(slots), _CF_SLOTS):
+            chunk = slots[c:c + _CF_SLOTS]
+            grid = (min(-(-max(a.size for a, _ in chunk) // _CF_BLOCK), _CF_MAX_GRID),)
+            args = tuple(x for a, o in chunk for x in (a, a.size, o)) + (None, 0, 0) * (_CF_SLOTS - len(chunk))
+            rt.raw_kernel("check", _expr(name, ctype))(grid, (_CF_BLOCK,), (flags, int(node), int(epoch), *args))
 
 
 # ---- layer norm (norm.cu) -----------------------------------------------------------------------------------

@@ -91,6 +91,9 @@ def opmath_all(namespace):
             namespace[name] = opmath(f)
 
 
+_BITS = {2: np.int16, 4: np.int32, 8: np.int64}  # same-size integer views of float16/32/64
+
+
 def _s(x, value):
     """A scalar rounded to x's dtype, so arithmetic stays in x's precision whatever the NumPy promotion rules."""
     return x.dtype.type(value)
@@ -102,9 +105,14 @@ def relu_fwd(xp, x):
 
 
 def relu_bwd(xp, y, gy):
-    # Subgradient 0 at 0.  A product with the mask, not xp.where: NumPy's where is ~5x slower here, and the two
-    # differ only where gy is inf/NaN and y <= 0 (the kernel gives 0 there, this NaN).
-    return gy * (y > 0)
+    # gx = 0 where y <= 0 (subgradient 0 at 0), else gy, as torch's threshold_backward and the kernel: a select, so
+    # an inf/NaN gy is dropped where y <= 0 and a NaN y passes gy (gy * (y > 0) would give NaN, then 0).
+    # NOTE: a bit mask, not xp.where, which is ~6x slower in NumPy: all-ones where gy is kept, zeros (+0.0) where
+    # not, ANDed into gy's bits; ~1.1x the time of the product (benchmarks: 512x1024 float32).
+    bits = _BITS[gy.dtype.itemsize]
+    mask = xp.asarray(xp.subtract(y <= 0, 1, dtype=bits))  # 0 - 1 = all ones where y > 0 or NaN, 1 - 1 = 0 where
+    # y <= 0 (asarray: a 0-d y gives a NumPy scalar)
+    return xp.bitwise_and(gy.view(bits), mask, out=mask).view(gy.dtype)
 
 
 def gelu_fwd(xp, x):
@@ -238,6 +246,17 @@ def _record_range(status, site, ids, n):
 def check_index(xp, ids, n, status, site):
     """Record (site, min, max) in status when an id of ``ids`` (any shape) lies outside [0, n)."""
     _record_range(status, site, ids, n)
+
+
+def check_finite(xp, flags, node, epoch, *arrays):
+    """Record in flags[node] (int64 (nodes, 2)) whether any of ``arrays`` (None allowed) holds a NaN ([node, 0]) or
+    +-inf ([node, 1]), as epoch * 2**32 + INT_MAX - the index of the first such array (the larger value is kept)."""
+    row = flags[node]
+    for o, a in enumerate(arrays):
+        if a is not None and not xp.isfinite(a).all():  # the common case in one pass; then which kind
+            for col, bad in ((0, xp.isnan(a).any()), (1, xp.isinf(a).any())):
+                if bad:
+                    row[col] = max(row[col], (epoch << 32) + 2**31 - 1 - o)
 
 
 def _picked(xp, x, t):

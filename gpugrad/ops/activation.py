@@ -23,11 +23,12 @@ class _Pointwise(KernelOp):
 
 @register("relu")
 class Relu(_Pointwise):
-    """y = max(x, 0).  VJP: gx = gy * (y > 0); subgradient 0 at x == 0, as torch."""
+    """y = max(x, 0).  VJP: gx = 0 where y <= 0, else gy (a select: an inf/NaN gy there gives 0, as torch);
+    subgradient 0 at x == 0."""
     fwd, bwd = "relu_fwd", "relu_bwd"
 
     def backward_graph(self, xp, gy):
-        return xp.where(self.saved[0] > 0, gy, 0)
+        return xp.where(self.saved[0] <= 0, 0, gy)
 
 
 @register("gelu")

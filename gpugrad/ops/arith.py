@@ -50,18 +50,24 @@ class Mul(Op):
 
 @register("div")
 class Div(Op):
-    """y = a / b.  VJP: ga = gy / b, gb = -gy * y / b."""
+    """y = a / b.  VJP: ga = gy / b, gb = -gy * (a / b) / b.
+
+    Saves what torch saves, so the same in-place changes are legal: b, and a when b needs a gradient; never y.
+    For a Python-scalar a, torch computes b.reciprocal() * a and keeps only its own intermediate, so b is kept
+    privately (copied if changed in place)."""
     double_backward = True
 
     def forward(self, xp, a, b):
-        y = a / b
-        self.save_for_backward(b, y if self.needs_input_grad[1] else None)
-        return y
+        needs_b = self.needs_input_grad[1]
+        self.save_for_backward(b, a if needs_b else None)
+        if needs_b and isinstance(a, numbers.Number):
+            self.private_saved = (0,)
+        return a / b
 
     def backward(self, xp, gy):
-        b, y = self.saved
+        b, a = self.saved
         ga = gy / b if self.needs_input_grad[0] else None
-        gb = -gy * y / b if y is not None else None
+        gb = -gy * (a / b) / b if self.needs_input_grad[1] else None
         return ga, gb
 
 
@@ -85,7 +91,8 @@ class Pow(Op):
 
     def forward(self, xp, a, b):
         y = a ** b
-        self.save_for_backward(a, b, y)
+        # As torch: x ** c saves x only (y may then change in place); c ** x and x ** t save the output too.
+        self.save_for_backward(a, b, None if isinstance(b, numbers.Number) else y)
         return y
 
     def backward(self, xp, gy):

@@ -7,7 +7,12 @@ from gpugrad.ops.kernel_op import KernelOp
 
 
 class _ChosenLogProb(KernelOp):
-    """Shared shape checks for ops over (N, C) logits and N integer class ids ``target``."""
+    """Shared shape checks for ops over (N, C) logits and N integer class ids ``target``.
+
+    The VJP reads the logits (saved[0]) with the log-sum-exp, but torch's log_softmax-based ops save the
+    log-softmax, not the logits: the logits are kept privately, so changing them in place afterwards is legal."""
+
+    private_saved = (0,)
 
     def _check(self, x):
         """(status, site) for the forward kernel, which checks the ids on the device (backend/deferred.py): an

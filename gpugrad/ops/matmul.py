@@ -1,6 +1,8 @@
 """Matrix products (cuBLAS through CuPy on CUDA; BLAS through NumPy on the CPU)."""
 from __future__ import annotations
 
+import math
+
 from gpugrad.autograd.function import Op
 from gpugrad.ops import register
 from gpugrad.ops.kernel_op import KernelOp
@@ -28,7 +30,10 @@ class Matmul(Op):
         self.a_vec, self.b_vec = a.ndim == 1, b.ndim == 1
         self._name = ("DotBackward0" if self.a_vec and self.b_vec else "MvBackward0" if self.b_vec and a.ndim == 2
                       else "MmBackward0" if a.ndim == 2 and b.ndim == 2 else "BmmBackward0")
-        self.save_for_backward(a if self.needs_input_grad[1] else None, b if self.needs_input_grad[0] else None)
+        ra, rb = self.needs_input_grad[:2]
+        self.save_for_backward(a if rb else None, b if ra else None)
+        if a.ndim > 2 or b.ndim > 2:
+            self.private_saved = _torch_copies(a, b, ra, rb)
         return xp.matmul(a, b)
 
     def backward(self, xp, gy):
@@ -47,6 +52,61 @@ class Matmul(Op):
             gb = xp.matmul(_mT(xp, a2), gy)
             gb = xp.squeeze(gb, -1) if self.b_vec else gb
         return ga, gb
+
+
+def _torch_copies(a, b, ra, rb):
+    """The saved operands (0: a, 1: b) that torch's matmul saves as copies of its own, so that changing them in place
+    is legal there: a batched operand folded to rows or broadcast to the common batch where the strides do not
+    allow a view (at::native::_matmul_impl and should_fold, torch 2.x).  gpugrad computes with the operand as it is
+    and copies only if it is then changed in place (Op.private_saved)."""
+    (sa, ta), (sb, tb) = (a.shape, a.strides), (b.shape, b.strides)
+    if len(sa) == 3 and len(sb) == 3 and sa[0] != sb[0]:  # a batch of 1 that needs a gradient is squeezed first
+        if sa[0] == 1 and ra:
+            sa, ta = sa[1:], ta[1:]
+        elif sb[0] == 1 and rb:
+            sb, tb = sb[1:], tb[1:]
+    if len(sa) <= 2 or len(sb) <= 2:
+        # One operand has >= 3 axes.  If the other one needs a gradient, torch folds the big one (b transposed) into
+        # a (rows, k) matrix for mm/mv and saves that; otherwise the big one is not saved at all.  The small one
+        # is always saved as a view.
+        big_is_a = len(sa) >= len(sb)
+        if not (rb if big_is_a else ra):
+            return ()
+        shape, strides = (list(sa), list(ta)) if big_is_a else (list(sb), list(tb))
+        if not big_is_a:  # b.mT
+            shape[-2:], strides[-2:] = shape[:-3:-1], strides[:-3:-1]
+        return () if _can_view(shape, strides, (math.prod(shape[:-1]), shape[-1])) else (0 if big_is_a else 1,)
+    # Both batched: bmm on each operand expanded to the common batch and flattened to (batch, n, m).
+    batch = tuple(max(n, m) for n, m in zip((1,) * (len(sb) - len(sa)) + sa[:-2], (1,) * (len(sa) - len(sb)) + sb[:-2]))
+    out = []
+    for i, (shape, strides, saved) in enumerate(((sa, ta, rb), (sb, tb, ra))):
+        if saved:
+            lead = len(batch) + 2 - len(shape)
+            expanded = [0] * lead + [0 if n == 1 and m != 1 else st for n, m, st in zip(shape[:-2], batch[lead:],
+                                                                                       strides[:-2])]
+            if not _can_view(list(batch) + list(shape[-2:]), expanded + list(strides[-2:]),
+                             (math.prod(batch),) + tuple(shape[-2:])):
+                out.append(i)
+    return tuple(out)
+
+
+def _can_view(shape, strides, new_shape):
+    """Whether memory laid out as (shape, strides) can be viewed as new_shape without a copy (torch's computeStride;
+    strides in any unit)."""
+    if math.prod(shape) == 0:
+        return True
+    view_d, base, tensor_numel, view_numel = len(new_shape) - 1, strides[-1], 1, 1
+    for d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * base):  # the end of a contiguous chunk
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return False
+            if d > 0:
+                base, tensor_numel, view_numel = strides[d - 1], 1, 1
+    return view_d == -1
 
 
 @register("linear")

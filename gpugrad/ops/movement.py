@@ -58,9 +58,11 @@ class Expand(Op):
                              f"axis' size, but the first {lead} sizes are new leading axes")
         shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(self.shape))
         try:
-            return xp.broadcast_to(x, shape)
+            y = xp.broadcast_to(x, shape)
         except ValueError:
             raise ValueError(f"expand: shape {x.shape} cannot be expanded to {self.shape}") from None
+        # No axis grew (only size-1 axes added): a plain, writable view, as torch lets in-place ops write into it.
+        return x.reshape(shape) if y.size == x.size else y
 
     def backward(self, xp, gy):
         return gy

@@ -69,10 +69,13 @@ class Mean(_Reduce):
         self.count = 1
         for a in self.axes:
             self.count *= x.shape[a]
+        if self.count == 0:  # NaN, as torch; NumPy's mean would warn "Mean of empty slice" on the way (nan * 0 is quiet)
+            return xp.sum(x, axis=axes, keepdims=self.keepdims) * float("nan")
         return xp.mean(x, axis=axes, keepdims=self.keepdims)
 
     def backward(self, xp, gy):
-        return xp.broadcast_to(_keep(xp, gy, self.axes, self.keepdims) / self.count, self.in_shape)
+        # max(count, 1): with nothing reduced, x (so gx) has no elements; gy / 0 would only warn
+        return xp.broadcast_to(_keep(xp, gy, self.axes, self.keepdims) / max(self.count, 1), self.in_shape)
 
 
 class _Extreme(_Reduce):
@@ -107,6 +110,12 @@ class Min(_Extreme):
     np_name = "amin"
 
 
+def _mean(xp, x, axes, n):
+    """The mean over ``axes`` (keepdims); over an empty axis the empty sum (0): NumPy's mean would warn "Mean of
+    empty slice" there, and the variance is NaN anyway (0 / (0 - correction) <= 0)."""
+    return xp.mean(x, axis=axes, keepdims=True) if n else xp.sum(x, axis=axes, keepdims=True)
+
+
 @register("var")
 class Var(_Reduce):
     """y = Σ (x - mean)^2 / (n - correction).  VJP: gx = gy * 2 (x - mean) / (n - correction).
@@ -122,7 +131,8 @@ class Var(_Reduce):
         for a in self.axes:
             n *= x.shape[a]
         self.dof = n - self.correction
-        centered = x - xp.mean(x, axis=axes, keepdims=True)
+        self.n = n
+        centered = x - _mean(xp, x, axes, n)
         # Save the input, not `centered`: under create_graph the VJP must see how centered depends on x.
         self.save_for_backward(x)
         ss = xp.sum(centered * centered, axis=axes, keepdims=self.keepdims)
@@ -133,7 +143,7 @@ class Var(_Reduce):
 
     def backward(self, xp, gy):
         (x,) = self.saved
-        centered = x - xp.mean(x, axis=self.axes, keepdims=True)
+        centered = x - _mean(xp, x, self.axes, self.n)
         g = _keep(xp, gy, self.axes, self.keepdims)
         if self.dof > 0:
             return g * centered * (2.0 / self.dof)

@@ -77,13 +77,16 @@ class LogSumExp(KernelOp):
         x2, self.undo = _rows(xp, x, self.axis, self.op_name)
         self.ndim = x.ndim
         lse = impl.logsumexp_fwd(xp, x2)
-        self.save_for_backward(x2, lse)
+        # Save x itself, as torch (not x2, a copy when the axis is not last): an in-place change of x is caught, and
+        # create_graph finds x among the inputs (tensor_xp.input_of).  Backward re-derives the rows.
+        self.save_for_backward(x, lse)
         out_shape = self.undo[1][:-1]
         y = lse.reshape(out_shape)
         return xp.expand_dims(y, self.undo[0]) if self.keepdims and x.ndim else y
 
     def _bwd(self, impl, xp, gy):
-        x2, lse = self.saved
+        x, lse = self.saved
+        x2, _ = _rows(xp, x, self.axis, self.op_name)
         gx2 = impl.logsumexp_bwd(xp, x2, lse, gy.reshape(-1))
         return _unrows(xp, gx2, self.undo, self.ndim)
 
