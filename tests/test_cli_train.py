@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ import gpugrad
 from gpugrad.cli import checkpoint, main
 from gpugrad.cli.train import EXIT_INTERRUPTED
 from gpugrad.data import load_digits, write_idx_dir
+
+import bad_files
 
 REPO = Path(__file__).resolve().parents[1]
 # small and fast: 1437 digits, 23 batches of 64 per epoch
@@ -368,15 +371,20 @@ def test_output_paths_are_checked_before_training(tmp_path, monkeypatch, capsys)
 def test_metrics_json_is_strict_json_with_null_for_nan(tmp_path, monkeypatch):
     from gpugrad.cli import train as train_cli
 
-    monkeypatch.setattr(train_cli, "evaluate", lambda model, loader: (float("nan"), 0.5))
-    code, _ = _train(tmp_path, "--epochs", "1", "--quiet")
-
     def reject(constant):
         raise ValueError(f"not strict JSON: {constant}")
 
+    monkeypatch.setattr(train_cli, "evaluate", lambda model, loader: (0.25, float("nan")))
+    code, _ = _train(tmp_path, "--epochs", "1", "--quiet")
     doc = json.loads((tmp_path / "m.json").read_text(), parse_constant=reject)
-    assert code == 0 and doc["epochs"][0]["test_loss"] is None and doc["final"]["test_loss"] is None
-    assert doc["final"]["test_acc"] == 0.5
+    assert code == 0 and doc["epochs"][0]["test_acc"] is None and doc["final"]["test_acc"] is None
+    assert doc["final"]["test_loss"] == 0.25 and doc["diverged"] is None
+    # a NaN test loss is divergence (exit 3), recorded with null for the NaN
+    monkeypatch.setattr(train_cli, "evaluate", lambda model, loader: (float("nan"), 0.5))
+    code, _ = _train(tmp_path, "--epochs", "1", "--quiet")
+    doc = json.loads((tmp_path / "m.json").read_text(), parse_constant=reject)
+    assert code == train_cli.EXIT_DIVERGED and doc["epochs"] == [] and doc["final"] is None
+    assert doc["diverged"]["epoch"] == 1 and doc["diverged"]["test_loss"] is None
 
 
 # -- resuming: one-line errors ---------------------------------------------------------------------------------------
@@ -550,3 +558,265 @@ def test_python_dash_m_gpugrad_help_in_a_subprocess():
                    "--momentum", "--weight-decay", "--device", "--seed", "--checkpoint", "--resume",
                    "--metrics-json", "--plot", "--quiet"):
         assert option in sub.stdout
+
+
+# -- bad input: crafted checkpoints, configs, divergence, paths, the environment ----------------------------------
+def _one_line_error(capsys, code, *fragments):
+    """The command failed with ``code`` and one line on stderr that holds every fragment (no traceback)."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("gpugrad train: error: ") and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, err)
+    return lines[0]
+
+
+@pytest.mark.parametrize("name, tree, members, fragment", [
+    ("deep", "[" * 100_000 + "]" * 100_000, {}, "__meta__ is nested too deeply"),          # json: RecursionError
+    ("nested", "[" * 500 + "]" * 500, {}, "nesting deeper than 64 levels"),                # deep enough for walk
+    ("missing", '{"w": {"__array__": "w", "as": "numpy"}}', {}, "array member 'w' is missing at /w"),  # KeyError
+    ("huge", '{"w": {"__array__": "w", "as": "numpy"}}', {"w.npy": bad_files.npy_header((2**40,))},   # MemoryError
+     "member 'w.npy' declares shape (1099511627776,) of float64 (8,796,093,022,208 bytes) but holds 0 bytes"),
+])
+def test_crafted_checkpoints_are_one_line_errors(tmp_path, capsys, name, tree, members, fragment):
+    path = bad_files.crafted_checkpoint(tmp_path / f"{name}.ckpt", tree, members)
+    with pytest.raises(checkpoint.CheckpointError, match=re.escape(fragment)):
+        checkpoint.load(path)
+    assert main(["train", "--resume", str(path)]) == 1
+    _one_line_error(capsys, 1, f"{path}: corrupt checkpoint: {fragment}")
+
+
+def test_checkpoint_loading_has_bounded_memory(tmp_path, monkeypatch):
+    import tracemalloc
+
+    big = 32 << 20  # a 32 MiB member that deflates to ~32 KiB
+    path = bad_files.write_zip(tmp_path / "bomb.ckpt", {
+        "__meta__.npy": bad_files.npy_bytes(np.frombuffer(bad_files.meta_text('{"w": {"__array__": "w", "as": '
+                                                                               '"numpy"}}'), np.uint8)),
+        "w.npy": bad_files.zeros_writer(bad_files.npy_header((big,), "|u1"), big)}, zipfile.ZIP_DEFLATED)
+    assert path.stat().st_size < big // 100
+    tracemalloc.start()
+    try:
+        with pytest.raises(checkpoint.CheckpointError, match=r"bomb.ckpt: its arrays declare 33,554,\d+ bytes "
+                           r"\(uncompressed\), more than the limit of 16,777,216; .*GPUGRAD_MAX_CHECKPOINT_BYTES"):
+            checkpoint.load(path, max_bytes=16 << 20)
+        monkeypatch.setenv("GPUGRAD_MAX_CHECKPOINT_BYTES", str(16 << 20))
+        with pytest.raises(checkpoint.CheckpointError, match="more than the limit of 16,777,216"):
+            checkpoint.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20  # refused before decompressing anything
+    assert checkpoint.MAX_BYTES == 2 << 30  # the documented default
+    # raised by the argument (over the environment), the same file loads: the cap, not the format, refused it
+    tree = checkpoint.load(path, max_bytes=64 << 20)
+    assert tree["w"].shape == (big,) and not tree["w"].any()
+    monkeypatch.setenv("GPUGRAD_MAX_CHECKPOINT_BYTES", "lots")
+    with pytest.raises(checkpoint.CheckpointError, match="GPUGRAD_MAX_CHECKPOINT_BYTES='lots': expected a whole"):
+        checkpoint.load(path)
+
+
+def _good_checkpoint(tmp_path):
+    ckpt = tmp_path / "good.ckpt"
+    assert main(["train", *FAST, "--epochs", "1", "--quiet", "--checkpoint", str(ckpt)]) == 0
+    return ckpt
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("hidden", ["a"], "config/hidden is ['a'], but --hidden must be comma-separated positive layer sizes"),
+    ("hidden", [], "config/hidden is [], but --hidden"),
+    ("hidden", [32, 0], "config/hidden is [32, 0]"),
+    ("lr", "fast", "config/lr is 'fast', but --lr must be a positive finite number"),
+    ("lr", float("nan"), "config/lr is nan, but --lr must be a positive finite number"),
+    ("lr", float("inf"), "config/lr is inf"),
+    ("lr", -0.1, "config/lr is -0.1"),
+    ("epochs", -3, "config/epochs is -3, but --epochs must be a positive integer"),
+    ("epochs", 2.0, "config/epochs is 2.0"),
+    ("batch_size", "64", "config/batch_size is '64', but --batch-size must be a positive integer"),
+    ("momentum", -1.0, "config/momentum is -1.0, but --momentum must be a finite number >= 0"),
+    ("weight_decay", None, "config/weight_decay is None"),
+    ("seed", True, "config/seed is True, but --seed must be an integer >= 0"),
+    ("seed", -1, "config/seed is -1"),
+    ("activation", "swish", "config/activation is 'swish', but --activation must be one of relu, gelu"),
+    ("optimizer", 3, "config/optimizer is 3, but --optimizer must be one of sgd, adam, adamw"),
+    ("standardize", "yes", "config/standardize is 'yes', but --standardize must be true or false"),
+    ("data", 5, "config/data is 5, but --data must be a directory path"),
+    ("data", "", "config/data is ''"),
+    ("colour", "red", "config has unknown field(s) colour"),
+])
+def test_a_checkpoints_config_passes_the_command_lines_rules(tmp_path, capsys, field, value, fragment):
+    bad = bad_files.edited_checkpoint(_good_checkpoint(tmp_path), tmp_path / "bad.ckpt",
+                                      lambda t: t["config"].__setitem__(field, value))
+    assert main(["train", "--resume", str(bad), "--epochs", "2"]) == 1
+    _one_line_error(capsys, 1, f"{bad}: {fragment}")
+
+
+def test_command_line_and_checkpoint_share_one_rule_per_field():
+    from gpugrad.cli.train import DEFAULTS, RULES, _arg
+
+    assert set(RULES) == set(DEFAULTS)
+    for text in ("nan", "inf", "-1", "0", "fast"):
+        with pytest.raises(Exception, match="expected a positive finite number"):
+            _arg("lr")(text)
+    assert _arg("lr")("1e-3") == 1e-3 and _arg("hidden")("8, 4") == [8, 4] and _arg("seed")("0") == 0
+
+
+def test_an_int_stands_in_for_a_float_in_a_checkpoints_config(tmp_path):
+    bad = bad_files.edited_checkpoint(_good_checkpoint(tmp_path), tmp_path / "int.ckpt",
+                                      lambda t: t["config"].__setitem__("momentum", 1))  # JSON may write 1.0 as 1
+    assert main(["train", "--resume", str(bad), "--epochs", "1", "--quiet"]) == 0
+
+
+def test_training_that_diverges_stops_with_exit_3_and_keeps_the_last_checkpoint(tmp_path, monkeypatch, capsys):
+    from gpugrad.cli import train as train_cli
+    from gpugrad.optim import Optimizer
+
+    # --lr 1e30: the loss is NaN after the first steps
+    code, doc = _train(tmp_path, "--lr", "1e30", "--epochs", "3", "--quiet")
+    assert code == train_cli.EXIT_DIVERGED == 3
+    _one_line_error(capsys, 3, "training diverged in epoch 1: train_loss nan", "NaN or infinite",
+                    "smaller --lr (this run's is 1e+30)")
+    assert doc["diverged"]["epoch"] == 1 and doc["diverged"]["train_loss"] is None and doc["epochs"] == []
+
+    # divergence in epoch 2 of a resumed run: the checkpoint after epoch 1 is not replaced
+    ckpt = _good_checkpoint(tmp_path)
+    before = ckpt.read_bytes()
+
+    original = Optimizer.step
+    calls = [0]
+
+    def step(self):  # the 5th step of the resumed run (epoch 2) leaves NaN in a weight, as an overflow would
+        calls[0] += 1
+        original(self)
+        if calls[0] == 5:
+            self.param_groups[0]["params"][0].data[...] = np.nan
+
+    monkeypatch.setattr(Optimizer, "step", step)
+    assert main(["train", "--resume", str(ckpt), "--epochs", "3", "--quiet"]) == 3
+    _one_line_error(capsys, 3, "training diverged in epoch 2", f"{ckpt} keeps the last good checkpoint")
+    assert ckpt.read_bytes() == before
+
+    # Ctrl-C after the loss went NaN mid-epoch: nothing saved over the good checkpoint either
+    calls[0] = 0
+    _patch_backward(monkeypatch, 10, _interrupt)
+    assert main(["train", "--resume", str(ckpt), "--epochs", "3", "--quiet"]) == 3
+    assert "the loss had become NaN or infinite (training diverged): nothing saved" in capsys.readouterr().err
+    assert ckpt.read_bytes() == before
+
+
+def test_a_nan_learning_rate_in_a_checkpoint_is_refused_and_would_be_caught_as_divergence(tmp_path, monkeypatch,
+                                                                                         capsys):
+    from gpugrad.cli import train as train_cli
+
+    good = _good_checkpoint(tmp_path)
+    bad = bad_files.edited_checkpoint(good, tmp_path / "nan-lr.ckpt",
+                                      lambda t: t["optimizer"]["param_groups"][0].__setitem__("lr", float("nan")))
+    assert main(["train", "--resume", str(bad), "--epochs", "2"]) == 1
+    _one_line_error(capsys, 1, "optimizer/param_groups/0/lr is nan, but the run's config gives 0.001")
+    monkeypatch.setattr(train_cli, "check_optimizer_state", lambda *a: None)  # without the up-front check ...
+    before = bad.read_bytes()
+    assert main(["train", "--resume", str(bad), "--epochs", "2", "--quiet"]) == 3  # ... the loss check stops it
+    _one_line_error(capsys, 3, "training diverged in epoch 2: train_loss nan")
+    assert bad.read_bytes() == before
+
+
+def test_the_loss_is_read_once_per_epoch(tmp_path, monkeypatch):
+    reads = [0]
+    item = gpugrad.Tensor.item
+
+    def counted(self):
+        reads[0] += 1
+        return item(self)
+
+    monkeypatch.setattr(gpugrad.Tensor, "item", counted)
+    assert _train(tmp_path, "--epochs", "2", "--quiet")[0] == 0
+    assert reads[0] == 2 * 3  # per epoch: the training loss sum, and evaluate's loss and accuracy sums
+
+
+def test_an_existing_checkpoint_is_replaced_only_with_resume_or_overwrite(tmp_path, monkeypatch, capsys):
+    from gpugrad.cli import train as train_cli
+
+    ckpt = _good_checkpoint(tmp_path)
+    before = ckpt.read_bytes()
+    monkeypatch.setattr(train_cli, "load_data", lambda config: pytest.fail("read data despite the refusal"))
+    assert main(["train", *FAST, "--epochs", "1", "--checkpoint", str(ckpt)]) == 1
+    _one_line_error(capsys, 1, f"--checkpoint {ckpt} already exists; pass --resume {ckpt} to continue that run, "
+                    "or --overwrite to replace it")
+    assert ckpt.read_bytes() == before
+    monkeypatch.undo()
+    assert main(["train", *FAST, "--epochs", "2", "--checkpoint", str(ckpt), "--overwrite", "--quiet"]) == 0
+    assert checkpoint.load(ckpt, device="cpu")["progress"]["epoch"] == 2
+    assert main(["train", "--resume", str(ckpt), "--epochs", "3", "--quiet"]) == 0
+
+
+def test_errors_from_gpugrad_device_name_the_variable(monkeypatch, capsys):
+    monkeypatch.setenv("GPUGRAD_DEVICE", "tpu")
+    assert main(["train", "--epochs", "1"]) == 1
+    line = _one_line_error(capsys, 1, "GPUGRAD_DEVICE='tpu' (from the environment): unknown device 'tpu'")
+    assert "--device" not in line
+    monkeypatch.setenv("GPUGRAD_DEVICE", "cuda:99")  # no such device, with or without CUDA
+    assert main(["train", "--epochs", "1"]) == 1
+    _one_line_error(capsys, 1, "GPUGRAD_DEVICE='cuda:99' (from the environment): ")
+    monkeypatch.setenv("GPUGRAD_DEVICE", "tpu")  # --device wins over the environment
+    assert main(["train", *FAST, "--epochs", "1", "--quiet"]) == 0
+
+
+def _read_only(monkeypatch, directory):
+    """``directory`` as a read-only one looks to os.access (real permissions do not stop root)."""
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: False if Path(p) == directory and mode & os.W_OK
+                        else access(p, mode, **k))
+
+
+def test_resume_from_a_read_only_directory_fails_before_training(tmp_path, monkeypatch, capsys):
+    from gpugrad.cli import train as train_cli
+
+    ckpt = _good_checkpoint(tmp_path)
+    _read_only(monkeypatch, tmp_path)
+    load_data = train_cli.load_data
+    monkeypatch.setattr(train_cli, "load_data", lambda config: pytest.fail("read data despite a read-only path"))
+    assert main(["train", "--resume", str(ckpt), "--epochs", "2"]) == 1
+    _one_line_error(capsys, 1, f"--resume {ckpt}: directory {tmp_path} is not writable", "pass --checkpoint PATH")
+    monkeypatch.setattr(train_cli, "load_data", load_data)
+    assert main(["train", "--resume", str(ckpt), "--epochs", "1"]) == 0  # finished: nothing to write, so fine
+    out = tmp_path / "elsewhere" / "run.ckpt"  # a writable --checkpoint lets the read-only one be resumed
+    assert main(["train", "--resume", str(ckpt), "--epochs", "2", "--checkpoint", str(out), "--quiet"]) == 0
+    assert checkpoint.load(out, device="cpu")["progress"]["epoch"] == 2
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="needs POSIX permissions that bind (not root)")
+def test_resume_from_a_really_read_only_directory_fails_before_training(tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ckpt = _good_checkpoint(ro)
+    ro.chmod(0o555)
+    try:
+        assert main(["train", "--resume", str(ckpt), "--epochs", "2"]) == 1
+        _one_line_error(capsys, 1, "is not writable")
+    finally:
+        ro.chmod(0o755)
+
+
+def test_a_killed_save_leaves_a_temp_file_that_the_next_save_removes(tmp_path):
+    path = tmp_path / "run.ckpt"
+    checkpoint.save(path, {"epoch": 1})
+    script = ("import os, signal, numpy as np; from gpugrad.cli import checkpoint\n"
+              "def die(f, **arrays):\n    f.write(b'PK partial'); os.kill(os.getpid(), signal.SIGKILL)\n"
+              f"np.savez = die\ncheckpoint.save({str(path)!r}, {{'epoch': 2}})\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    killed = subprocess.run([sys.executable, "-c", script], env=env, timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    left = [p.name for p in tmp_path.iterdir() if p.name != "run.ckpt"]
+    assert len(left) == 1 and re.fullmatch(r"\.run\.ckpt\.\d+\.[a-z0-9_]{8}\.tmp", left[0]), left
+    # files that only look similar, or whose writer is still running, are not ours to remove
+    keep = [f".run.ckpt.{os.getpid()}.abcdefgh.tmp", f".run.ckpt.{os.getppid()}.abcdefgh.tmp", ".run.ckpt.tmp",
+            ".run.ckpt.abcdefgh.tmp", ".other.ckpt.999999999.abcdefgh.tmp", "run.ckpt.999999999.abcdefgh.tmp",
+            ".run.ckpt.999999999.abcdefgh.tmp.bak"]
+    for name in keep:
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "dir.ckpt").mkdir()
+    (tmp_path / ".run.ckpt.999999998.abcdefgh.tmp").mkdir()  # not a regular file
+    checkpoint.save(path, {"epoch": 3})
+    assert checkpoint.load(path)["epoch"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["run.ckpt", "dir.ckpt", ".run.ckpt.999999998.abcdefgh.tmp", *keep])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 
 import numpy as np
 import pytest
@@ -9,6 +10,8 @@ import pytest
 import gpugrad
 from gpugrad.data import DataLoader, Dataset, IdxError, TensorDataset, digits_split, load_digits, load_idx_dir
 from gpugrad.data.idx import read_idx, write_idx, write_idx_dir
+
+import bad_files
 
 
 def _dataset(n=10):
@@ -381,3 +384,76 @@ def test_float_images_are_taken_as_scaled(tmp_path):
     out = load_idx_dir(tmp_path)
     np.testing.assert_allclose(out[0], x_train.reshape(12, -1) / 255.0, rtol=1e-6)
     assert out[0].dtype == out[2].dtype == np.float32
+
+
+# -- malformed and oversized IDX files -----------------------------------------------------------------------------
+@pytest.mark.parametrize("dims, fragment", [
+    ((1,) * 255, "declares 255 dimensions; gpugrad reads at most 32"),        # NumPy cannot even reshape to that
+    ((0,) * 33, "declares 33 dimensions"),
+    ((65536,) * 4, "truncated data: shape (65536, 65536, 65536, 65536) of uint8 needs 18446744073709551616 bytes"),
+    ((2**32 - 1, 2**32 - 1), "needs 18446744065119617025 bytes"),
+    ((3, 4), "truncated data: shape (3, 4) of uint8 needs 12 bytes after the header, the file has 5"),
+])
+@pytest.mark.parametrize("gz", [False, True])
+def test_every_malformed_header_is_an_idx_error_naming_the_file(tmp_path, dims, fragment, gz):
+    path = tmp_path / ("x.gz" if gz else "x")
+    body = bad_files.idx_header(dims) + b"\x01" * 5
+    path.write_bytes(gzip.compress(body) if gz else body)
+    if gz and "18446744" in fragment:  # a stream's length is unknown up front: the cap refuses it first
+        fragment = "bytes of data, more than the limit of 1,073,741,824"
+    with pytest.raises(IdxError, match=re.escape(f"{path}: ") + ".*" + re.escape(fragment)):
+        read_idx(path)
+
+
+def test_gzip_is_decompressed_with_a_limit(tmp_path, monkeypatch):
+    import tracemalloc
+
+    from gpugrad.data import idx
+
+    big = 64 << 20
+    declared = bad_files.gzip_file(tmp_path / "declared.gz", bad_files.idx_header((big,)), 1000)
+    trailing = bad_files.gzip_file(tmp_path / "trailing.gz", bad_files.idx_header((10,)), big)  # ~64 KiB
+    assert trailing.stat().st_size < big // 500
+    tracemalloc.start()
+    try:
+        with pytest.raises(IdxError, match=r"declared.gz: shape \(67108864,\) of uint8 declares 67,108,864 bytes of "
+                           r"data, more than the limit of 16,777,216; .*GPUGRAD_MAX_IDX_BYTES=<bytes>"):
+            read_idx(declared, max_bytes=16 << 20)
+        with pytest.raises(IdxError, match=r"trailing.gz: unexpected trailing bytes after the data of shape \(10,\)"):
+            read_idx(trailing)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 << 20  # neither the declared 64 MiB nor the 64 MiB stream was ever held
+    assert idx.MAX_BYTES == 1 << 30  # the documented default
+    monkeypatch.setenv("GPUGRAD_MAX_IDX_BYTES", "100")
+    x_train, y_train, x_test, y_test = _mnist_like()
+    write_idx_dir(tmp_path / "d", x_train, y_train, x_test, y_test, gz=True)
+    with pytest.raises(IdxError, match=r"train-images-idx3-ubyte.gz: .* more than the limit of 100;"):
+        load_idx_dir(tmp_path / "d")
+    assert load_idx_dir(tmp_path / "d", max_bytes=1 << 20)[0].shape == (12, 784)  # the argument wins
+    monkeypatch.setenv("GPUGRAD_MAX_IDX_BYTES", "1GB")
+    with pytest.raises(IdxError, match="GPUGRAD_MAX_IDX_BYTES='1GB': expected a whole number of bytes"):
+        read_idx(tmp_path / "d" / "train-labels-idx1-ubyte.gz")
+
+
+def test_big_endian_types_are_read_in_place_and_correctly(tmp_path):
+    values = np.array([[-2, 300], [32767, -32768]], np.int16)
+    out = read_idx(write_idx(tmp_path / "x", values))
+    assert out.dtype == np.int16 and out.dtype.isnative and out.flags.writeable
+    np.testing.assert_array_equal(out, values)
+
+
+@pytest.mark.parametrize("bad, fragment", [
+    (np.nan, "NaN or infinite (the first in image 3)"),
+    (np.inf, "NaN or infinite (the first in image 3)"),
+    (1e300, "NaN, infinite or beyond float32's range (the first in image 3)"),  # float64 only
+])
+def test_non_finite_pixels_are_rejected_up_front(tmp_path, bad, fragment):
+    x_train, y_train, x_test, y_test = _mnist_like()
+    x = x_train.astype(np.float64) / 255
+    x[3, 4, 5] = bad
+    x[7, 0, 0] = bad
+    write_idx_dir(tmp_path, x if bad == 1e300 else x.astype(np.float32), y_train, x_test, y_test)
+    with pytest.raises(IdxError, match=r"train-images-idx3-ubyte: 2 pixel value\(s\) are " + re.escape(fragment)):
+        load_idx_dir(tmp_path)

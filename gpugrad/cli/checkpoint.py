@@ -7,7 +7,13 @@ ints, floats, strings, lists, tuples, dicts with int keys) goes into one JSON do
 
 Writes go to a temporary file in the target's directory, are fsynced and then ``os.replace``d over the target,
 so an interrupted or failed save leaves the previous checkpoint untouched; a symlink is written through (its
-target is replaced, the link stays).
+target is replaced, the link stays).  A temporary file left by a killed save (``.<name>.<pid>.<random>.tmp``, its
+pid no longer running) is removed by the next save of the same target.
+
+Loading never trusts a declared size: every array's shape is checked against the bytes its member holds, and all
+members together against a cap, ``MAX_BYTES`` (2 GiB uncompressed; set ``GPUGRAD_MAX_CHECKPOINT_BYTES=<bytes>`` or
+pass ``load(..., max_bytes=...)`` to change it), before anything is allocated; members are read in chunks, never
+decompressed past their declared size.  Whatever is wrong with a file is a CheckpointError naming it.
 
 >>> save("run.ckpt", {"model": model.state_dict(), "epoch": 3})           # doctest: +SKIP
 >>> load("run.ckpt", device="cpu")["epoch"]                               # doctest: +SKIP
@@ -17,16 +23,25 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import re
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
+from gpugrad.data.idx import byte_limit, read_into
+
 FORMAT = "gpugrad-checkpoint"
 VERSION = 1
 META = "__meta__"
+KINDS = ("tensor", "numpy", "scalar", "array")  # how an array leaf comes back (the skeleton's "as")
+MAX_BYTES = 2 << 30  # default cap on all members together, uncompressed: 2 GiB (AdamW state of ~170M parameters)
+MAX_BYTES_ENV = "GPUGRAD_MAX_CHECKPOINT_BYTES"  # overrides MAX_BYTES; load(max_bytes=...) overrides both
+MAX_DEPTH = 64  # nesting of the saved tree; `gpugrad train`'s is 5 deep
 
 
 class CheckpointError(ValueError):
@@ -79,29 +94,48 @@ def _flatten(tree):
     return arrays, walk(tree, "")
 
 
-def _unflatten(skeleton, arrays, device):
+def _unflatten(skeleton, arrays, device, path):
+    """The tree ``_flatten`` made, from its skeleton; anything a save never writes is a CheckpointError."""
     from gpugrad.backend import get_backend
     from gpugrad.creation import tensor
 
-    def walk(v):
+    def bad(where, what):
+        where = where if len(where) <= 60 else f"{where[:57]}..."
+        return CheckpointError(f"{path}: corrupt checkpoint: {what} at {where or '/'}")
+
+    def walk(v, where, depth):
+        if depth > MAX_DEPTH:
+            raise bad(where, f"nesting deeper than {MAX_DEPTH} levels")
         if isinstance(v, list):
-            return [walk(x) for x in v]
+            return [walk(x, f"{where}/{i}", depth + 1) for i, x in enumerate(v)]
         if not isinstance(v, dict):
             return v
         if "__array__" in v:
-            a, kind = arrays[v["__array__"]], v["as"]
+            key, kind = v["__array__"], v.get("as")
+            if not isinstance(key, str) or key not in arrays:
+                raise bad(where, f"array member {key!r} is missing")
+            if kind not in KINDS:
+                raise bad(where, f"unknown array kind {kind!r} (expected one of {', '.join(KINDS)})")
+            a = arrays[key]
             if kind == "tensor":
                 return tensor(a, device=device)
             if kind == "scalar":
                 return a[()]
             return get_backend(device).asarray(a) if kind == "array" else a
         if "__tuple__" in v:
-            return tuple(walk(x) for x in v["__tuple__"])
+            if not isinstance(v["__tuple__"], list):
+                raise bad(where, "a tuple that is not a list")
+            return tuple(walk(x, f"{where}/{i}", depth + 1) for i, x in enumerate(v["__tuple__"]))
         if "__dict__" in v:
-            return {k: walk(x) for k, x in v["__dict__"]}
-        return {k: walk(x) for k, x in v.items()}
+            items = v["__dict__"]
+            if not isinstance(items, list) or not all(
+                    isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], (str, int))
+                    and not isinstance(kv[0], bool) for kv in items):
+                raise bad(where, "a dict that is not a list of [str or int key, value] pairs")
+            return {k: walk(x, f"{where}/{k}", depth + 1) for k, x in items}
+        return {k: walk(x, f"{where}/{k}", depth + 1) for k, x in v.items()}
 
-    return walk(skeleton)
+    return walk(skeleton, "", 0)
 
 
 # -- files ---------------------------------------------------------------------------------------------------------
@@ -135,10 +169,14 @@ def atomic_write(path, write, what="output"):
 
     A symlink at ``path`` is written through (its target is replaced); a directory or other non-file there is an
     OutputPathError.  On any exception (KeyboardInterrupt included) the temporary file is removed and ``path``
-    is untouched.
+    is untouched.  The temporary file is ``.<name>.<pid>.<8 random chars>.tmp``; one a killed process left (no
+    process with its pid runs any more) is removed here, before writing.
     """
     path = output_path(path, what)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    for stale in _stale_temps(path):
+        with contextlib.suppress(OSError):
+            os.unlink(stale)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             if hasattr(os, "fchmod"):  # mkstemp makes 0600; use the mode a plain open() would (POSIX only)
@@ -161,6 +199,31 @@ def atomic_write(path, write, what="output"):
     return path
 
 
+def _stale_temps(path):
+    """Temporary files of ``atomic_write(path)`` whose writer is gone: ``.<name>.<pid>.<8 chars>.tmp`` (mkstemp's
+    random part is 8 of ``[a-z0-9_]``) next to ``path``, regular files, with no running process ``pid``."""
+    if os.name != "posix":  # NOTE: os.kill(pid, 0) would terminate the process on Windows; keep everything
+        return []
+    pattern = re.compile(re.escape(f".{path.name}.") + r"(\d+)\.[a-z0-9_]{8}\.tmp")
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return []
+    return [e.path for e in entries if (m := pattern.fullmatch(e.name)) and e.is_file(follow_symlinks=False)
+            and not _running(int(m.group(1)))]
+
+
+def _running(pid):
+    """Whether ``pid`` may still be writing (this process, another thread, counts as running)."""
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # someone else's process (EPERM), or no valid pid: leave its file alone
+        pass
+    return True
+
+
 def _file_mode(path):
     """The target's current mode, or 0666 less the umask for a new file."""
     try:
@@ -179,25 +242,94 @@ def save(path, tree, what="checkpoint") -> Path:
     return atomic_write(path, lambda f: np.savez(f, **members), what)
 
 
-def load(path, device=None):
-    """The tree saved by :func:`save`; Tensors are created on ``device`` (None: the default device)."""
+def load(path, device=None, max_bytes=None):
+    """The tree saved by :func:`save`; Tensors are created on ``device`` (None: the default device).
+
+    ``max_bytes`` caps the arrays' total size, uncompressed (default: ``GPUGRAD_MAX_CHECKPOINT_BYTES``, else
+    ``MAX_BYTES``).
+    Raises CheckpointError naming ``path`` for anything that is not a checkpoint ``save`` could have written.
+    """
     path = Path(path)
+    limit = byte_limit(max_bytes, MAX_BYTES_ENV, MAX_BYTES, CheckpointError)
+    members = {}
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint")
     if not zipfile.is_zipfile(path):  # NOTE: np.load would try pickle next and blame allow_pickle
         raise CheckpointError(f"not a gpugrad checkpoint: {path} (not an .npz archive)")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if META not in z.files:
+        with zipfile.ZipFile(path) as z:
+            members = _members(z, path, limit)
+            if META not in members:
                 raise CheckpointError(f"not a gpugrad checkpoint: {path} (no {META} member)")
-            meta = json.loads(z[META].tobytes().decode())
-            arrays = {k: z[k] for k in z.files if k != META}
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-        if isinstance(e, CheckpointError):
-            raise
+            text = _read_member(z, members.pop(META), path).tobytes().decode()
+            try:
+                meta = json.loads(text)
+            except RecursionError:  # json's C scanner gives up on very deep nesting
+                raise CheckpointError(f"{path}: corrupt checkpoint: {META} is nested too deeply") from None
+            arrays = {k: _read_member(z, info, path) for k, info in members.items()}
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, zlib.error, RuntimeError, NotImplementedError) as e:
+        # NOTE: RuntimeError: an encrypted member; NotImplementedError: an unknown compression method
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+    except MemoryError:
+        raise CheckpointError(f"{path}: not enough memory to load its {_total(members):,} bytes of arrays") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         meta = meta if isinstance(meta, dict) else {}
         raise CheckpointError(f"{path}: format {meta.get('format')!r} version {meta.get('version')!r}; "
                               f"this gpugrad reads {FORMAT!r} version {VERSION}")
-    return _unflatten(meta["tree"], arrays, device)
+    if "tree" not in meta:
+        raise CheckpointError(f"{path}: corrupt checkpoint: {META} has no 'tree'")
+    return _unflatten(meta["tree"], arrays, device, path)
+
+
+def _total(members):
+    return sum(info.file_size for info in members.values())
+
+
+def _members(z, path, limit):
+    """array name -> ZipInfo for every member (all must be ``<name>.npy``), their total size checked against
+    ``limit`` before anything is read."""
+    members = {}
+    for info in z.infolist():
+        name = info.filename
+        if not name.endswith(".npy") or name[:-4] in members:
+            what = "a second member" if name[:-4] in members else "a member that is not a .npy array"
+            raise CheckpointError(f"{path}: corrupt checkpoint: {what}: {name!r}")
+        if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+            raise CheckpointError(f"{path}: corrupt checkpoint: member {name!r} declares {info.file_size} bytes "
+                                  f"but stores {info.compress_size}")
+        members[name[:-4]] = info
+    total = _total(members)
+    if total > limit:
+        raise CheckpointError(f"{path}: its arrays declare {total:,} bytes (uncompressed), more than the limit of "
+                              f"{limit:,}; if you trust the file, raise the limit with {MAX_BYTES_ENV}=<bytes>")
+    return members
+
+
+def _read_member(z, info, path):
+    """One ``.npy`` member as an array: its header's shape and dtype must account for exactly the member's
+    (already capped) size, so nothing larger than the member is ever allocated."""
+    name = info.filename
+    with z.open(info) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f".npy format version {version[0]}.{version[1]} (save writes 1.0)")
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(f)
+        except (ValueError, SyntaxError, TypeError) as e:
+            raise CheckpointError(f"{path}: corrupt checkpoint: member {name!r} has a bad .npy header ({e})") from None
+        if dtype.hasobject:  # would need pickle, which this format never uses
+            raise CheckpointError(f"{path}: corrupt checkpoint: member {name!r} holds Python objects ({dtype})")
+        count = math.prod(shape)
+        stored = info.file_size - f.tell()
+        if min(shape, default=0) < 0 or count * dtype.itemsize != stored:
+            raise CheckpointError(f"{path}: corrupt checkpoint: member {name!r} declares shape {shape} of {dtype} "
+                                  f"({count * dtype.itemsize:,} bytes) but holds {stored:,} bytes")
+        array = np.empty(count, dtype)
+        if read_into(f, array) != stored:
+            raise CheckpointError(f"{path}: corrupt checkpoint: member {name!r} is truncated")
+        f.read()  # reaches the member's end, where zipfile checks its CRC
+    return array.reshape(shape, order="F" if fortran else "C")

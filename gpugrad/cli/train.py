@@ -10,6 +10,15 @@ second at once, but never between a parameter update and its record) repeats exa
 does: the loader's order depends only on (seed, epoch), gpugrad's generators are reseeded from (seed, epoch) at
 the start of each epoch, and the checkpoint holds model, optimizer, position within the epoch and the CPU
 generator's state.
+
+Exit codes: 0 done; 1 an error (one line on stderr naming the file, option or environment variable at fault);
+2 a bad command line (argparse); 3 (``EXIT_DIVERGED``) training diverged: the loss became NaN or infinite, so the
+run stopped without saving that epoch, and the last good checkpoint stays as it was; 130 interrupted (Ctrl-C).
+
+A checkpoint is only overwritten by the run that wrote it (``--resume``) or with ``--overwrite``; a resumed
+checkpoint's configuration must pass the same checks as the command line.  Input data must be finite.  Loading is
+bounded: ``GPUGRAD_MAX_CHECKPOINT_BYTES`` (default 2 GiB) and ``GPUGRAD_MAX_IDX_BYTES`` (default 1 GiB per file)
+cap what a checkpoint or an IDX file may declare.
 """
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -37,7 +47,10 @@ ADAMW_WEIGHT_DECAY = 0.1  # decoupled; tuned on the digits split (torch's AdamW 
 ACTIVATIONS = ("relu", "gelu", "tanh", "sigmoid")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 EVAL_BATCH = 1000
+EXIT_ERROR = 1
+EXIT_DIVERGED = 3  # the loss became non-finite; nothing from the diverged epoch is saved
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+METRICS = ("epoch", "train_loss", "test_loss", "test_acc", "samples_per_s", "train_time_s", "eval_time_s")
 MAX_CLASSES = 65536  # labels are class indices; a larger one is a wrong file, not a 10^5-way classifier
 
 
@@ -46,36 +59,67 @@ class CliError(Exception):
 
 
 # -- arguments -----------------------------------------------------------------------------------------------------
-def _positive(kind):
+# One rule per option, shared by the command line (text) and a resumed checkpoint's config (JSON values), so a
+# checkpoint cannot hold what the command line refuses: field -> (type, test, what a valid value is).
+RULES = {
+    "data": (str, bool, "a directory path"),
+    "hidden": (list, lambda v: bool(v) and all(type(s) is int and s >= 1 for s in v),
+               "comma-separated positive layer sizes like 256,128"),
+    "activation": (str, ACTIVATIONS.__contains__, f"one of {', '.join(ACTIVATIONS)}"),
+    "epochs": (int, lambda v: v > 0, "a positive integer"),
+    "batch_size": (int, lambda v: v > 0, "a positive integer"),
+    "lr": (float, lambda v: 0 < v < math.inf, "a positive finite number"),  # NOTE: NaN fails every comparison
+    "optimizer": (str, OPTIMIZERS.__contains__, f"one of {', '.join(OPTIMIZERS)}"),
+    "momentum": (float, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    "weight_decay": (float, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    "standardize": (bool, lambda v: True, "true or false"),
+    "seed": (int, lambda v: v >= 0, "an integer >= 0"),
+}
+
+
+def _layer_sizes(text):
+    return [int(s) for s in text.replace(" ", "").split(",") if s]
+
+
+def _arg(field):
+    """The argparse ``type`` for ``field``: parse the text, then apply the field's rule."""
+    kind, test, what = RULES[field]
+
     def parse(text):
-        value = kind(text)
-        if not value > 0 or (kind is float and not math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        try:
+            value = _layer_sizes(text) if kind is list else kind(text)
+        except ValueError:
+            value = None
+        if value is None or not test(value):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return value
 
-    parse.__name__ = f"positive {kind.__name__}"
+    parse.__name__ = field
     return parse
 
 
-def _non_negative(kind):
-    def parse(text):
-        value = kind(text)
-        if value < 0 or (kind is float and not math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-        return value
-
-    parse.__name__ = f"non-negative {kind.__name__}"
-    return parse
+def _short(value, width=60):
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _hidden(text):
-    try:
-        sizes = [int(s) for s in text.replace(" ", "").split(",") if s]
-    except ValueError:
-        sizes = None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive layer sizes like 256,128, got {text!r}")
-    return sizes
+def check_config(config, where):
+    """Raise CheckpointError naming the first field of a checkpoint's ``config`` that the command line would
+    refuse (or that it does not know); ints stand in for floats, as JSON may write them."""
+    from gpugrad.cli.checkpoint import CheckpointError
+
+    unknown = sorted(str(k) for k in config if k not in RULES)
+    if unknown:
+        raise CheckpointError(f"{where}: config has unknown field(s) {', '.join(unknown)}")
+    for key, (kind, test, what) in RULES.items():
+        value = config[key]
+        if key == "data" and value is None:  # the embedded digits
+            continue
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = config[key] = float(value)
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool) or not test(value):
+            raise CheckpointError(f"{where}: config/{key} is {_short(value)}, but --{key.replace('_', '-')} must be "
+                                  f"{what}")
 
 
 def add_arguments(p):
@@ -83,20 +127,22 @@ def add_arguments(p):
     add = p.add_argument
     add("--data", metavar="DIR", help="MNIST-format IDX directory (train-images-idx3-ubyte[.gz], ...); "
         "default: the embedded 8x8 digits")
-    add("--hidden", type=_hidden, metavar="N,N", help="hidden layer sizes (default: 512,256)")
+    add("--hidden", type=_arg("hidden"), metavar="N,N", help="hidden layer sizes (default: 512,256)")
     add("--activation", choices=ACTIVATIONS, help=f"hidden activation (default: {d['activation']})")
-    add("--epochs", type=_positive(int), metavar="N", help=f"total number of epochs (default: {d['epochs']})")
-    add("--batch-size", type=_positive(int), metavar="N", help=f"training batch size (default: {d['batch_size']})")
-    add("--lr", type=_positive(float), metavar="LR", help=f"learning rate (default: {d['lr']})")
+    add("--epochs", type=_arg("epochs"), metavar="N", help=f"total number of epochs (default: {d['epochs']})")
+    add("--batch-size", type=_arg("batch_size"), metavar="N", help=f"training batch size (default: {d['batch_size']})")
+    add("--lr", type=_arg("lr"), metavar="LR", help=f"learning rate (default: {d['lr']})")
     add("--optimizer", choices=OPTIMIZERS, help=f"sgd (with --momentum), adam or adamw (default: {d['optimizer']})")
-    add("--momentum", type=_non_negative(float), metavar="M", help=f"SGD momentum (default: {d['momentum']})")
-    add("--weight-decay", type=_non_negative(float), metavar="WD",
+    add("--momentum", type=_arg("momentum"), metavar="M", help=f"SGD momentum (default: {d['momentum']})")
+    add("--weight-decay", type=_arg("weight_decay"), metavar="WD",
         help=f"weight decay (default: {ADAMW_WEIGHT_DECAY} for adamw, else 0)")
     add("--standardize", action=argparse.BooleanOptionalAction, default=None,
         help="scale each feature to zero mean, unit std over the training set (default: on)")
     add("--device", metavar="DEV", help="cpu, cuda or cuda:N (default: CUDA when available, else CPU)")
-    add("--seed", type=_non_negative(int), metavar="N", help=f"seed for init and shuffling (default: {d['seed']})")
-    add("--checkpoint", metavar="PATH", help="save a checkpoint here after every epoch and on Ctrl-C")
+    add("--seed", type=_arg("seed"), metavar="N", help=f"seed for init and shuffling (default: {d['seed']})")
+    add("--checkpoint", metavar="PATH", help="save a checkpoint here after every epoch and on Ctrl-C (an existing "
+        "file is an error unless --resume or --overwrite is given)")
+    add("--overwrite", action="store_true", help="let --checkpoint replace an existing file from another run")
     add("--resume", metavar="PATH", help="continue the run saved in this checkpoint (and keep saving to it unless "
         "--checkpoint says otherwise)")
     add("--metrics-json", metavar="PATH", help="write config, per-epoch and final metrics, timings")
@@ -104,6 +150,8 @@ def add_arguments(p):
     add("--quiet", action="store_true", help="print only the final result")
     add("--cuda-graph", action="store_true", help="capture the training step once as a CUDA graph and replay it "
         "for every full batch (CUDA only; same results as without)")
+    p.epilog = (f"exit codes: 0 done, {EXIT_ERROR} error, 2 bad command line, {EXIT_DIVERGED} training diverged "
+                f"(the loss became NaN or infinite; the last good checkpoint is kept), {EXIT_INTERRUPTED} interrupted")
 
 
 def resolve_config(args, saved=None):
@@ -183,7 +231,8 @@ def build_model(config, n_in, n_out, device):
     from gpugrad import nn
 
     gpugrad.manual_seed(config["seed"])
-    model = nn.MLP([n_in, *config["hidden"], n_out], activation=config["activation"])
+    # NOTE: device="cpu", not the default device: that may be CUDA (other values) or a bad GPUGRAD_DEVICE
+    model = nn.MLP([n_in, *config["hidden"], n_out], activation=config["activation"], device="cpu")
     return model.to(device)
 
 
@@ -411,17 +460,24 @@ def run(args) -> int:
         return train(args)
     except (CliError, CheckpointError, IdxError, PlotUnavailable, OSError) as e:  # OSError: missing file, disk full
         print(f"gpugrad train: error: {e}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
+    except MemoryError as e:  # e.g. --hidden 100000000: NumPy names the allocation it could not make
+        print(f"gpugrad train: error: not enough memory ({e or 'MemoryError'})", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def check_outputs(args):
     """Every output path, before any data is read: a file (not a directory) whose directory exists or is created
-    here, and matplotlib for --plot.  Raises OSError (OutputPathError) or PlotUnavailable with one line."""
+    here, and matplotlib for --plot; an existing --checkpoint only with --resume or --overwrite.  Raises OSError
+    (OutputPathError), CliError or PlotUnavailable with one line."""
     from gpugrad.cli.checkpoint import output_path
 
     for what, path in (("--checkpoint", args.checkpoint), ("--metrics-json", args.metrics_json)):
-        if path:  # NOTE: a --resume file is checked by loading it; saving then replaces that file
+        if path:  # NOTE: a --resume file is checked once it is loaded (a finished run writes nothing)
             output_path(path, what)
+    if args.checkpoint and not (args.resume or args.overwrite) and Path(args.checkpoint).resolve().is_file():
+        raise CliError(f"--checkpoint {args.checkpoint} already exists; pass --resume {args.checkpoint} to continue "
+                       "that run, or --overwrite to replace it")
     if args.plot:
         from gpugrad.cli.plot import check_plot_path
 
@@ -429,21 +485,126 @@ def check_outputs(args):
 
 
 def check_resumable(saved, path):
-    """Raise CheckpointError unless ``saved`` has what ``gpugrad train --resume`` reads."""
+    """Raise CheckpointError unless ``saved`` holds what ``gpugrad train --resume`` reads, with values the command
+    line would accept: the config (by RULES), the progress record, the generator state, finite model weights."""
+    from gpugrad.backend import CPU
     from gpugrad.cli.checkpoint import CheckpointError
+    from gpugrad.random import generator
 
     saved = saved if isinstance(saved, dict) else {}
     config, progress = saved.get("config"), saved.get("progress")
     missing = [k for k in ("config", "model", "optimizer", "progress") if not isinstance(saved.get(k), dict)]
-    missing += [f"config/{k}" for k in (*FIXED_ON_RESUME, "epochs") if isinstance(config, dict) and k not in config]
+    missing += [f"config/{k}" for k in RULES if isinstance(config, dict) and k not in config]
     missing += [f"progress/{k}" for k in Progress().state() if isinstance(progress, dict) and k not in progress]
     if missing:
         raise CheckpointError(f"{path}: not a checkpoint of `gpugrad train` (no {', '.join(missing)})")
+    check_config(config, path)
+    check_progress(progress, path)
+    if saved.get("rng") is not None:
+        kind = type(generator(CPU).bit_generator)
+        try:
+            kind().state = saved["rng"]["numpy"]  # a scratch generator: the state must be one it accepts
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as e:
+            raise CheckpointError(f"{path}: rng/numpy is not a state of NumPy's {kind.__name__} "
+                                  f"({type(e).__name__}: {e})") from None
+    for name, value in saved["model"].items():
+        if not _finite_array(value):
+            what = f"a {type(value).__name__}, not an array" if not isinstance(value, np.ndarray) else \
+                "NaN or infinite values"
+            raise CheckpointError(f"{path}: model/{name} holds {what}; this checkpoint cannot be resumed")
+
+
+def _is_count(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite_array(v):
+    return isinstance(v, np.ndarray) and v.dtype.kind in "fiub" and bool(np.isfinite(v).all())
+
+
+# what a resumed progress record may hold: field -> (test, what it must be)
+PROGRESS_RULES = {
+    "epoch": (_is_count, "an integer >= 0"), "batch": (_is_count, "an integer >= 0"),
+    "samples": (_is_count, "an integer >= 0"),
+    "train_time": (lambda v: _is_number(v) and 0 <= v < math.inf, "a finite number of seconds >= 0"),
+    "loss_sum": (lambda v: v is None or getattr(v, "shape", None) == () and math.isfinite(v.item()),
+                 "None or a 0-d tensor with a finite value"),
+    "history": (lambda v: isinstance(v, list) and all(isinstance(m, dict) and set(m) == set(METRICS)
+                                                      and all(map(_is_number, m.values())) for m in v),
+                f"a list of per-epoch records of the numbers {', '.join(METRICS)}"),
+}
+
+
+def check_progress(progress, path):
+    """Raise CheckpointError naming the first field of a checkpoint's progress record that PROGRESS_RULES refuse."""
+    from gpugrad.cli.checkpoint import CheckpointError
+
+    for key, value in progress.items():
+        if key not in PROGRESS_RULES:
+            raise CheckpointError(f"{path}: progress has unknown field(s) {key}")
+        test, what = PROGRESS_RULES[key]
+        if not test(value):
+            raise CheckpointError(f"{path}: progress/{key} is {_short(value)}; it must be {what}")
+
+
+def _same(a, b):
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except (TypeError, ValueError):  # e.g. an array where a number belongs
+        return False
+
+
+def check_optimizer_state(state, optimizer, path):
+    """Raise CheckpointError unless ``state`` (a checkpoint's ``optimizer``) could come from ``optimizer``, which
+    was built from the checkpoint's validated config: the same parameter groups and options (a NaN learning rate
+    in the optimizer's own copy is caught here), and per-parameter state of finite arrays and step counts."""
+    from gpugrad.cli.checkpoint import CheckpointError
+
+    def bad(where, what):
+        return CheckpointError(f"{path}: optimizer/{where} {what}; this checkpoint cannot be resumed")
+
+    fresh, groups, per_param = optimizer.state_dict()["param_groups"], state.get("param_groups"), state.get("state")
+    if set(state) != {"param_groups", "state"} or not isinstance(groups, list) or not isinstance(per_param, dict):
+        raise bad("", "must hold exactly param_groups (a list) and state (a dict)")
+    if len(groups) != len(fresh):
+        raise bad("param_groups", f"has {len(groups)} groups, `gpugrad train` makes {len(fresh)}")
+    for i, (group, own) in enumerate(zip(groups, fresh)):
+        group = group if isinstance(group, dict) else {"(group)": group}
+        for key in sorted(set(group) | set(own)):
+            if not _same(group.get(key), own.get(key)):
+                raise bad(f"param_groups/{i}/{key}", f"is {_short(group.get(key))}, but the run's config gives "
+                          f"{_short(own.get(key))}")
+    for idx, st in per_param.items():
+        for name, value in (st.items() if isinstance(st, dict) else [("", st)]):
+            if not (_is_count(value) or _finite_array(value)):
+                what = "holds NaN or infinite values" if isinstance(value, np.ndarray) else f"is {_short(value)}"
+                raise bad(f"state/{idx}/{name}", f"{what}, not a finite array or a step count")
+
+
+def resolve_device(arg):
+    """The device ``--device`` (else ``GPUGRAD_DEVICE``, else the best available) names; an error names its source."""
+    from gpugrad.backend import get_backend
+
+    env = os.environ.get("GPUGRAD_DEVICE")
+    source = f"--device {arg}" if arg is not None else f"GPUGRAD_DEVICE={env!r} (from the environment)" if env \
+        else "the default device"
+    try:
+        return get_backend(arg).device
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise CliError(f"{source}: {e}") from None
+
+
+def _all_finite(loss_sum):
+    """Whether a device loss sum (or None) is finite; reads it, so call only where a sync is due anyway."""
+    return loss_sum is None or math.isfinite(loss_sum.item())
 
 
 def train(args) -> int:
     import gpugrad
-    from gpugrad.backend import get_backend
     from gpugrad.cli import checkpoint
     from gpugrad.data import DataLoader, TensorDataset
     from gpugrad.backend import CPU
@@ -454,10 +615,7 @@ def train(args) -> int:
     ckpt_path = args.checkpoint or args.resume
     try:  # a Ctrl-C before the first batch has nothing to save: exit at once, quietly
         check_outputs(args)  # fail before training, not after it
-        try:
-            device = get_backend(args.device).device
-        except (RuntimeError, ValueError, TypeError) as e:
-            raise CliError(f"--device {args.device}: {e}") from None
+        device = resolve_device(args.device)
         if args.cuda_graph and device.type != "cuda":
             raise CliError(f"--cuda-graph needs a CUDA device, but training runs on {device}; pass --device cuda")
 
@@ -465,11 +623,20 @@ def train(args) -> int:
         if saved is not None:
             check_resumable(saved, args.resume)
         config = resolve_config(args, saved and saved["config"])
+        finished = bool(saved) and saved["progress"]["epoch"] >= config["epochs"]
+        if saved and not finished and not args.checkpoint:  # the run saves back into the --resume file
+            try:
+                checkpoint.output_path(args.resume, "--resume")
+            except checkpoint.OutputPathError as e:
+                raise CliError(f"{e} (a resumed run saves back to it; pass --checkpoint PATH to save elsewhere)") \
+                    from None
 
         x_train, y_train, x_test, y_test, data_desc = load_data(config)
         n_classes = count_classes(config, y_train, y_test)
         model = build_model(config, x_train.shape[1], n_classes, device)
         optimizer = build_optimizer(config, model.parameters())
+        if saved:
+            check_optimizer_state(saved["optimizer"], optimizer, args.resume)
         progress = Progress(**saved["progress"]) if saved else Progress()
         train_loader = DataLoader(TensorDataset(x_train, y_train), batch_size=config["batch_size"], shuffle=True,
                                   seed=config["seed"], device=device)
@@ -486,7 +653,6 @@ def train(args) -> int:
         print("\ninterrupted before training started; nothing saved", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
 
-    finished = saved and progress.epoch >= config["epochs"]
     if finished:
         config["epochs"] = progress.epoch  # what the output below describes
     epochs = config["epochs"]
@@ -512,18 +678,31 @@ def train(args) -> int:
             "progress": progress.state(), "rng": {"numpy": rng},
             "device": str(device), "gpugrad_version": gpugrad.__version__}, "--checkpoint")
 
-    def report(interrupted):
+    def report(interrupted, diverged=None):
         if args.metrics_json:
             write_metrics(args.metrics_json, config, device, data_desc, progress, interrupted,
-                          {"setup_s": t_setup, "total_s": time.perf_counter() - t_start})
+                          {"setup_s": t_setup, "total_s": time.perf_counter() - t_start}, diverged)
         if args.plot and progress.history:
             from gpugrad.cli.plot import plot_history
 
             plot_history(progress.history, args.plot, title=f"gpugrad train: MLP {sizes}, {config['optimizer']}")
 
+    def kept(state="good"):
+        """What the checkpoint file holds now that nothing more will be saved ("" when there is none)."""
+        return f"; {ckpt_path} keeps the last {state} checkpoint" if ckpt_path and Path(ckpt_path).exists() else ""
+
+    def diverged(epoch, train_loss, test_loss):
+        print(f"gpugrad train: error: training diverged in epoch {epoch}: train_loss {train_loss:.4g}, test_loss "
+              f"{test_loss:.4g} (the loss became NaN or infinite); stopped without saving it{kept()}. Try "
+              f"a smaller --lr (this run's is {config['lr']:g}) or check the data for extreme values",
+              file=sys.stderr, flush=True)
+        report(interrupted=False, diverged={"epoch": epoch, "train_loss": train_loss, "test_loss": test_loss})
+        return EXIT_DIVERGED
+
     width = len(str(epochs))
     graphed = GraphedStep(model, optimizer) if args.cuda_graph else None
-    with _SigintFlag() as stop:
+    # NOTE: NumPy's overflow warnings would only come before the divergence check's own one-line message
+    with _SigintFlag() as stop, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         try:
             while progress.epoch < epochs:
                 epoch = progress.epoch
@@ -536,6 +715,9 @@ def train(args) -> int:
                     train_loss = train_epoch(model, optimizer, train_loader, progress, bar, stop, graphed)
                 t_eval = time.perf_counter()
                 test_loss, test_acc = evaluate(model, test_loader)
+                # NOTE: the epoch's one read of the loss sum (train_epoch) is the check: no extra sync per batch
+                if not (math.isfinite(train_loss) and math.isfinite(test_loss)):
+                    return diverged(epoch + 1, train_loss, test_loss)
                 metrics = {"epoch": epoch + 1, "train_loss": train_loss, "test_loss": test_loss,
                            "test_acc": test_acc, "samples_per_s": progress.samples / max(progress.train_time, 1e-9),
                            "train_time_s": progress.train_time, "eval_time_s": time.perf_counter() - t_eval}
@@ -550,10 +732,13 @@ def train(args) -> int:
             stop.ignore()  # a further Ctrl-C must not break the save below
             where = f"epoch {progress.epoch + 1}, batch {progress.batch}"
             if stop.torn:  # the step was cut half way: model and optimizer are neither before nor after it
-                kept = f"; {ckpt_path} keeps the last consistent checkpoint" if ckpt_path and \
-                    Path(ckpt_path).exists() else ""
-                print(f"\ninterrupted inside the optimizer step after {where}: nothing saved{kept}",
+                print(f"\ninterrupted inside the optimizer step after {where}: nothing saved{kept('consistent')}",
                       file=sys.stderr, flush=True)
+            elif not _all_finite(progress.loss_sum):  # diverged mid-epoch: saving would bury the good state
+                print(f"\ninterrupted at {where}, but the loss had become NaN or infinite (training diverged): "
+                      f"nothing saved{kept()}", file=sys.stderr, flush=True)
+                report(interrupted=True)
+                return EXIT_DIVERGED
             elif ckpt_path:
                 save_checkpoint()
                 print(f"\ninterrupted at {where}: checkpoint saved to {ckpt_path}; continue with "
@@ -585,16 +770,16 @@ def _finite(value):
     return value
 
 
-def write_metrics(path, config, device, data_desc, progress, interrupted, timings):
+def write_metrics(path, config, device, data_desc, progress, interrupted, timings, diverged=None):
     """Config, device, per-epoch metrics, final metrics and timings as strict JSON (NaN and infinities as null),
-    written atomically."""
+    written atomically; ``diverged`` is the epoch whose loss became non-finite (None: none did)."""
     import gpugrad
     from gpugrad.cli.checkpoint import atomic_write
 
     history = progress.history
     doc = {
         "gpugrad_version": gpugrad.__version__, "config": config, "device": str(device), "data": data_desc,
-        "interrupted": interrupted, "epochs": history,
+        "interrupted": interrupted, "diverged": diverged, "epochs": history,
         "final": ({k: history[-1][k] for k in ("epoch", "train_loss", "test_loss", "test_acc")} if history else None),
         "timings": {**timings, "train_s": sum(m["train_time_s"] for m in history),
                     "eval_s": sum(m["eval_time_s"] for m in history)},
