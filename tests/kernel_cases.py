@@ -54,6 +54,7 @@ class KernelCase:
     inplace: tuple = ()  # positions in args (after xp) of arrays the call updates in place
     strided: bool = True  # also run with non-contiguous array inputs (never the in-place ones)
     tolerance: dict | None = None  # {dtype: (rtol, atol)} instead of TOLERANCE
+    reference64: bool = False  # want: the reference on the inputs in float64 (on the host), cast to the dtype
 
     @property
     def id(self):
@@ -71,6 +72,23 @@ def _u(rng, dtype, shape, lo=-3.0, hi=3.0):
 
 def _n(rng, dtype, shape, scale=3.0):
     return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def _shifted(rng, dtype, shape):
+    """N(0, 1) - 1000: every value of a row very negative. A row max that starts at 0 instead of -inf (in a kernel
+    or in the reference) gives exp(x - 0) = 0 there: lse = -inf and softmax 0 / 0."""
+    return (rng.standard_normal(shape) - 1000.0).astype(dtype)
+
+
+# The shifted rows are held to float64 math on the same (rounded) inputs. float32 results near -1000 are within
+# half an ulp of 1000 (3e-5) of it, and so is what is computed from them: x - lse (log_softmax; the losses'
+# lse - x[t]) keeps that error on values of size ~1. NOTE: (x - max) - log(sum), as torch computes log_softmax,
+# would not lose it; a max that starts at 0 gives -inf or NaN here, far outside any tolerance.
+SHIFTED_TOLERANCE = {np.dtype(np.float32): (2e-5, 1e-4), np.dtype(np.float64): (1e-12, 1e-11)}
+# layer norm's float32 mean of a row near -1000 is itself off by a few ulps of 1000 (the row sum's rounding), which
+# every y = (x - mean) * rstd * w carries; a variance from E[x^2] - mean^2 would be off by ~0.1 (ulp of 1e6).
+SHIFTED_NORM_TOLERANCE = {np.dtype(np.float32): (2e-5, 1e-3), np.dtype(np.float64): (1e-12, 1e-11)}
+SHIFTED_ROWS = ((3, 31), (65, 33), (3, 1000), (1, 4097), (65, 5), (9, 65), (4, 257))  # blocks, chunks and teams
 
 
 def _targets(rng, rows, cols, invalid=False):
@@ -152,6 +170,9 @@ def _softmax_family():
                    variant="large"),
         KernelCase("logsumexp_bwd", lse_inputs, TEAM_ROWS),
         KernelCase("sum_rows", lambda r, d, s: ((_n(r, d, s, 1.0),), {}), COLUMNS),
+        *(KernelCase(name, lambda r, d, s: ((_shifted(r, d, s),), {}), SHIFTED_ROWS, variant="shifted",
+                     tolerance=SHIFTED_TOLERANCE, reference64=True)
+          for name in ("softmax_fwd", "log_softmax_fwd", "logsumexp_fwd")),
     ]
 
 
@@ -188,6 +209,10 @@ def _loss_cases():
                     return (x, t, ref.logsumexp_fwd(np, x), g, *a), {}
 
                 out.append(KernelCase(f"{name}_bwd", make_bwd, ROWS, variant=variant))
+        red_args = ("none",) if name == "softmax_xent" else ()  # rows near -1000: the lse's row max
+        out.append(KernelCase(f"{name}_fwd", lambda r, d, s, a=red_args: (
+            (_shifted(r, d, s), _targets(r, s[0], s[1]), *a, _status(), SITE), {}), SHIFTED_ROWS, variant="shifted",
+            inplace=(2 + len(red_args),), tolerance=SHIFTED_TOLERANCE, reference64=True))
     return out
 
 
@@ -203,7 +228,29 @@ def _check_cases():
     return [KernelCase("check_index", make, shapes, inplace=(2,)),
             KernelCase("check_index", lambda r, d, s: make(r, d, s, True), shapes, variant="invalid", inplace=(2,)),
             KernelCase("check_index", lambda r, d, s: make(r, d, s, True, True), shapes[:3], variant="earlier-failure",
-                       inplace=(2,))]
+                       inplace=(2,)),
+            *(KernelCase("check_finite", lambda r, d, s, v=v: _finite_case(r, d, s, v), shapes, variant=v,
+                         inplace=(0,)) for v in ("finite", "nan-inf", "earlier", "many"))]
+
+
+def _finite_case(r, d, s, variant):
+    """check_finite for row 2 of 4 under epoch 5: arrays of shape s, s reversed, None and a small one; NaN and inf
+    placed so that the first NaN is in array 2 (and 3) and the first inf in array 0; "earlier": row 2 already says
+    NaN at 1 in this epoch (kept) and inf in epoch 4 (stale: replaced); "many": 11 arrays (two launches of 8
+    slots), a NaN only in the last."""
+    arrays = [_n(r, d, s), _n(r, d, s[::-1]), None, _n(r, d, (3,))]
+    if variant == "many":
+        arrays = arrays * 2 + [_n(r, d, s), _n(r, d, (5,)), _n(r, d, s)]
+        arrays[-1].flat[-1:] = np.nan
+    elif variant != "finite":
+        arrays[2] = _n(r, d, s)
+        arrays[2].flat[-1:], arrays[3][1] = np.nan, np.nan
+        arrays[0].flat[:1] = -np.inf
+    flags = np.zeros((4, 2), np.int64)
+    flags[1] = flags[3] = 7  # other nodes' rows are left alone
+    if variant == "earlier":
+        flags[2] = (5 << 32) + 2**31 - 2, (4 << 32) + 2**31 - 1
+    return (flags, 2, 5, *arrays), {}
 
 
 def _layer_norm_cases():
@@ -217,7 +264,20 @@ def _layer_norm_cases():
         _, mean, rstd = ref.layer_norm_fwd(np, x, w, None, 1e-5)
         return (x, w, mean, rstd, _n(r, d, s, 1.0)), {}
 
+    def shifted_fwd(r, d, s):
+        return (_shifted(r, d, s), _n(r, d, s[1:], 1.0), _n(r, d, s[1:], 1.0), 1e-5), {}
+
+    def shifted_bwd(r, d, s):  # mean, rstd from the dtype's reference, as the forward kernel would save them
+        x, w = _shifted(r, d, s), _n(r, d, s[1:], 1.0)
+        _, mean, rstd = ref.layer_norm_fwd(np, x, w, None, 1e-5)
+        return (x, w, mean, rstd, _n(r, d, s, 1.0)), {}
+
     return [
+        # rows near -1000 (mean -1000, spread 1): a variance from E[x^2] - mean^2 cancels there
+        KernelCase("layer_norm_fwd", shifted_fwd, SHIFTED_ROWS, variant="shifted",
+                   tolerance=SHIFTED_NORM_TOLERANCE, reference64=True),
+        KernelCase("layer_norm_bwd", shifted_bwd, SHIFTED_ROWS, variant="shifted",
+                   tolerance=SHIFTED_NORM_TOLERANCE, reference64=True),
         KernelCase("layer_norm_fwd", fwd, TEAM_ROWS),
         KernelCase("layer_norm_fwd", lambda r, d, s: fwd(r, d, s, False), ROWS[:3] + ((65, 8),), variant="no-affine"),
         KernelCase("layer_norm_bwd", bwd, TEAM_ROWS + ((300, 7),)),

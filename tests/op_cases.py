@@ -2,7 +2,8 @@
 
 ``fn`` takes gpugrad Tensors, ``ref`` the same inputs as float64 NumPy arrays, ``torch_fn`` (optional) torch
 tensors.  ``avoid`` keeps samples away from points where the op is not differentiable (Chainer's
-dodge_nondifferentiable); ``low``/``high`` bound the samples.  ``op`` names the registry entry it covers.
+dodge_nondifferentiable); ``low``/``high`` bound the samples and ``shift`` moves them all (rows around -1000: a
+max that starts at 0 instead of -inf would read 0 there).  ``op`` names the registry entry it covers.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class OpCase:
     grad: bool = True
     gpu_kernels: tuple = ()  # kernel launchers that must run on CUDA (proof the fast path ran)
     rtol32: float = 1e-5
+    shift: float = 0.0  # added to every sample (after the kinks are avoided)
 
     def __post_init__(self):
         self.op = self.op or self.name
@@ -40,7 +42,7 @@ class OpCase:
         for a in self.avoid:  # push samples at least 0.05 away from each kink
             near = np.abs(x - a) < 0.05
             x = np.where(near, a + np.where(x >= a, 0.05, -0.05) + (x - a), x)
-        return x.astype(dtype)
+        return np.asarray(x + self.shift).astype(dtype)  # asarray: a 0-d sample stays an array, not a NumPy scalar
 
 
 # Fixed side inputs (targets, indices, masks, randoms) shared by fn and ref.
@@ -50,6 +52,7 @@ GATHER_IDX = np.array([[0, 2, 1, 2], [1, 1, 0, 0], [2, 0, 0, 1]], dtype=np.int64
 EMB_IDS = np.array([[4, 0, 4], [1, 1, 2]], dtype=np.int64)
 MASK34 = np.array([[True, False, True, False], [False, False, True, True], [True, True, False, True]])
 U34 = np.random.default_rng(7).random((3, 4))
+U34_TIES = np.where(np.arange(4) % 2 == 0, 0.3, U34)  # randoms equal to p = 0.3: kept (mask = u >= p)
 C_GELU = np.sqrt(2 / np.pi)
 
 
@@ -124,6 +127,10 @@ CASES = [
            op="bias_act"),
     OpCase("dropout", lambda x: Dropout.apply(x, p=0.3, u=x._backend.asarray(U34, x.dtype)),
            lambda x: x * (U34 >= 0.3) / 0.7, [((3, 4),)], gpu_kernels=("dropout_fwd", "dropout_bwd")),
+    OpCase("dropout_ties", lambda x: Dropout.apply(x, p=0.3, u=x._backend.asarray(U34_TIES, x.dtype)),
+           lambda x: x * (U34_TIES >= 0.3) / 0.7, [((3, 4),)], op="dropout"),
+    OpCase("dropout_p0", lambda x: Dropout.apply(x, p=0.0, u=x._backend.asarray(U34 * 0, x.dtype)), lambda x: x,
+           [((3, 4),)], op="dropout"),
     # reductions
     OpCase("sum", lambda a: a.sum(), np.sum, [((3, 4),), ((),), ((0, 3),)], torch_fn=lambda a: a.sum()),
     OpCase("sum_axis", lambda a: a.sum(axis=1), lambda a: a.sum(axis=1), [((3, 4, 2),)], op="sum",
@@ -136,6 +143,9 @@ CASES = [
     OpCase("max", lambda a: a.max(), np.max, [((3, 4),)], torch_fn=lambda a: a.max()),
     OpCase("max_axis", lambda a: a.max(axis=0), lambda a: a.max(0), [((3, 4),)], op="max",
            torch_fn=lambda a: a.amax(0)),
+    # every value near -1000: a max starting at 0 (not -inf) gives 0 here
+    OpCase("max_shifted", lambda a: a.max(axis=-1), lambda a: a.max(-1), [((3, 5),), ((4,),)], op="max",
+           low=-1.5, high=1.5, shift=-1000.0, torch_fn=lambda a: a.amax(-1)),
     OpCase("min", lambda a: a.min(axis=1, keepdims=True), lambda a: a.min(1, keepdims=True), [((3, 4),)],
            torch_fn=lambda a: a.amin(1, keepdim=True)),
     OpCase("var", lambda a: a.var(axis=1), lambda a: a.var(1, ddof=1), [((3, 5),)], torch_fn=lambda a: a.var(1)),
@@ -184,12 +194,17 @@ CASES = [
     OpCase("softmax", lambda a: a.softmax(-1), np_softmax, [((3, 5),), ((2, 3, 7),)],
            torch_fn=lambda a: a.softmax(-1), gpu_kernels=("softmax_fwd", "softmax_bwd")),
     OpCase("softmax_axis0", lambda a: a.softmax(0), lambda a: np_softmax(a, 0), [((4, 3),)], op="softmax"),
+    # rows near -1000: a max shift that starts at 0 instead of -inf gives exp(x - 0) = 0, then 0 / 0 and log(0)
+    OpCase("softmax_shifted", lambda a: a.softmax(-1), np_softmax, [((3, 5),), ((2, 33),)], op="softmax",
+           low=-1.5, high=1.5, shift=-1000.0, torch_fn=lambda a: a.softmax(-1)),
     OpCase("log_softmax", lambda a: a.log_softmax(-1), lambda a: np.log(np_softmax(a)), [((3, 5),)],
            torch_fn=lambda a: a.log_softmax(-1), gpu_kernels=("log_softmax_fwd", "log_softmax_bwd")),
     OpCase("logsumexp", lambda a: a.logsumexp(-1), np_logsumexp, [((3, 5),), ((2, 3, 4),)],
            torch_fn=lambda a: a.logsumexp(-1), gpu_kernels=("logsumexp_fwd", "logsumexp_bwd")),
     OpCase("logsumexp_keep", lambda a: a.logsumexp(0, keepdims=True), lambda a: np_logsumexp(a, 0, True),
            [((3, 5),)], op="logsumexp"),
+    OpCase("logsumexp_shifted", lambda a: a.logsumexp(-1), np_logsumexp, [((3, 5),), ((2, 33),)], op="logsumexp",
+           low=-1.5, high=1.5, shift=-1000.0, torch_fn=lambda a: a.logsumexp(-1)),
     OpCase("cross_entropy", lambda x: F.cross_entropy(x, gpugrad.tensor(T4)), lambda x: np_xent(x, T4).mean(),
            [((4, 5),)], torch_fn=lambda x: __import__("torch").nn.functional.cross_entropy(x, _t(__import__("torch"), T4)),
            gpu_kernels=("softmax_xent_fwd", "softmax_xent_bwd")),

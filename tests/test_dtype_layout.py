@@ -41,7 +41,10 @@ F16_TOL = dict(rtol=2e-3, atol=2e-3)
 
 
 # ---- float16 ops, through the autograd engine ---------------------------------------------------------------------
-KERNEL_OP_CASES = [(c, i) for c in OP_CASES if issubclass(REGISTRY[c.op], KernelOp) for i in range(len(c.shapes))]
+# NOTE: not the rows shifted to -1000 (op_cases.py): float16 holds them to 0.5, and logsumexp's gradient
+# exp(x - lse) reads its float16-rounded output lse, off by up to exp(0.25) there (torch's too).
+KERNEL_OP_CASES = [(c, i) for c in OP_CASES if issubclass(REGISTRY[c.op], KernelOp) and not c.shift
+                   for i in range(len(c.shapes))]
 
 
 def test_the_kernel_op_table_is_not_empty():

@@ -108,6 +108,22 @@ def assert_matches(got, want, dtype, what, tolerance=None):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True, err_msg=f"{what}: output {k}")
 
 
+def expected(case, dtype, args, kwargs):
+    """The reference's result; for ``reference64`` rows computed in float64 on the host and cast to the dtype."""
+    if not case.reference64:
+        return getattr(reference, case.name)(np, *args, **kwargs)
+    wide = [a.astype(np.float64) if getattr(a, "dtype", None) == dtype else a for a in args]
+    out = getattr(reference, case.name)(np, *wide, **kwargs)
+    for a, w in zip(args, wide):  # in-place arguments (status words) are compared after the call
+        if w is not a and isinstance(a, np.ndarray):
+            a[...] = w
+    return tuple(_cast(o, dtype) for o in out) if isinstance(out, tuple) else _cast(out, dtype)
+
+
+def _cast(a, dtype):
+    return a.astype(dtype) if getattr(a, "dtype", None) == np.float64 else a
+
+
 def run_case(rt, case, dtype, shape, layout):
     """Launch case on rt and on the reference with identical inputs; returns the Recorder."""
     args, kwargs = case.make(rng_for(case, dtype, shape), np.dtype(dtype).type, shape)
@@ -121,7 +137,7 @@ def run_case(rt, case, dtype, shape, layout):
     calls = kernels.CALLS[case.name]
     with kernels.use_runtime(rec):
         got = getattr(kernels, case.name)(np, *k_args, **kwargs)
-    want = getattr(reference, case.name)(np, *r_args, **kwargs)
+    want = expected(case, dtype, r_args, kwargs)
     what = f"{case.id} {np.dtype(dtype).name} {shape} {layout}"
     assert kernels.CALLS[case.name] == calls + 1, f"{what}: CALLS not counted"
     assert_matches(got, want, dtype, what, case.tolerance)
@@ -230,6 +246,84 @@ def test_out_of_range_targets_read_nothing(emu):
         gx = kernels.softmax_xent_bwd(np, x, t, lse, np.ones(3, np.float32))
     np.testing.assert_allclose(loss[0], np.log(5), rtol=1e-6)
     assert np.isnan(loss[1:]).all() and np.isnan(gx[1:]).all() and np.isfinite(gx[0]).all()
+
+
+# ---- dropout's keep rule: mask = u >= p, so u == p keeps; p == 0 is the identity ------------------------------------
+def _dropout_inputs(xdtype, udtype, p):
+    """x with signed zeros and large values; u holding p exactly (in u's dtype), values just below and above it,
+    0 and values near 1."""
+    x = np.array([[1.5, -2.25, 0.0, -0.0, 3e30, -7.0], [0.1, 4.0, -1e-3, 2.0, 5.5, -0.5]], xdtype)
+    pu = udtype(p)
+    u = np.array([[pu, np.nextafter(pu, udtype(0)), np.nextafter(pu, udtype(1)), 0.0, pu, 0.999],
+                  [pu, 0.5, 0.0, pu, 0.25, np.nextafter(udtype(1), udtype(0))]], udtype)
+    return x, u
+
+
+def _check_dropout(fwd, bwd, xdtype, udtype, p):
+    x, u = _dropout_inputs(xdtype, udtype, p)
+    y, mask = fwd(np, x, p, u)
+    np.testing.assert_array_equal(mask, u >= udtype(p))  # ties (u == p) kept, compared in u's dtype
+    assert mask[u == udtype(p)].all()
+    scale = xdtype(1.0 / (1.0 - p))
+    np.testing.assert_array_equal(y, np.where(mask, x * scale, xdtype(0)))
+    gy = np.linspace(-1, 1, x.size, dtype=xdtype).reshape(x.shape)
+    np.testing.assert_array_equal(bwd(np, gy, mask, p), np.where(mask, gy * scale, xdtype(0)))
+    if p == 0:  # every u >= 0 is kept and the scale is 1: x and gy come back bit for bit, -0.0 included
+        assert mask.all()
+        np.testing.assert_array_equal(y, x)
+        assert np.array_equal(np.signbit(y), np.signbit(x))
+        np.testing.assert_array_equal(bwd(np, gy, mask, p), gy)
+
+
+DROPOUT_TIES = [(np.float32, np.float32), (np.float64, np.float64), (np.float32, np.float64)]
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.5])
+@pytest.mark.parametrize("xdtype, udtype", DROPOUT_TIES)
+def test_dropout_reference_keeps_u_equal_to_p(xdtype, udtype, p):
+    _check_dropout(reference.dropout_fwd, reference.dropout_bwd, xdtype, udtype, p)
+
+
+@needs_emu
+@pytest.mark.parametrize("layout", ["C", "strided"])  # the raw pointwise kernel; the ElementwiseKernel
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.5])
+@pytest.mark.parametrize("xdtype, udtype", DROPOUT_TIES)
+def test_dropout_kernels_keep_u_equal_to_p(emu, xdtype, udtype, p, layout):
+    lay = strided if layout == "strided" else (lambda a: a)
+
+    def fwd(xp, x, p, u):
+        with kernels.use_runtime(emu):
+            return kernels.dropout_fwd(xp, lay(x), p, lay(u))
+
+    def bwd(xp, gy, mask, p):
+        with kernels.use_runtime(emu):
+            return kernels.dropout_bwd(xp, lay(gy), lay(mask), p)
+
+    _check_dropout(fwd, bwd, xdtype, udtype, p)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dropout_op_keeps_u_equal_to_p_and_p0_is_the_identity(dtype):
+    import gpugrad
+    from gpugrad.nn.functional import dropout
+    from gpugrad.ops.activation import Dropout
+
+    x, u = _dropout_inputs(dtype, dtype, 0.3)
+    t = gpugrad.tensor(x, requires_grad=True)
+    y = Dropout.apply(t, p=0.3, u=u)
+    keep = u >= dtype(0.3)
+    np.testing.assert_array_equal(y.detach().numpy(), np.where(keep, x * dtype(1 / 0.7), dtype(0)))
+    y.backward(gpugrad.tensor(np.ones_like(x)))
+    np.testing.assert_array_equal(t.grad.numpy(), np.where(keep, dtype(1 / 0.7), dtype(0)))
+    # p = 0: the identity, bit for bit, whether the op runs (u given) or F.dropout short-cuts it
+    t = gpugrad.tensor(x, requires_grad=True)
+    y = Dropout.apply(t, p=0.0, u=np.zeros_like(x))
+    np.testing.assert_array_equal(y.detach().numpy(), x)
+    assert np.array_equal(np.signbit(y.detach().numpy()), np.signbit(x))
+    gy = np.linspace(-1, 1, x.size, dtype=dtype).reshape(x.shape)
+    y.backward(gpugrad.tensor(gy))
+    np.testing.assert_array_equal(t.grad.numpy(), gy)
+    assert dropout(t, p=0.0) is t
 
 
 # ---- static checks: run without the emulator ------------------------------------------------------------------

@@ -17,7 +17,10 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # the whole CUDA path; it should not squeeze the CLI's.
 # library 4400 -> 4600 (issue 9): CUDA graphs (backend/graphs.py), device-side range checks that never sync
 # (backend/deferred.py), launchers for the vectorized, row-team, multi-tensor optimizer and check kernels.
-BUDGETS = {"library": 4600, "tooling": 1900, "testing": 1700}
+# library 4600 -> 5000, tooling 1900 -> 2100 (issue 12): anomaly mode (autograd/anomaly.py, ~170), saving what torch
+# saves, 0-d results, view/expand checks and hooks without cycles (~150), IDX files read with bounds (~60); the CLI's
+# hardened checkpoint reader, config validation shared with the parser and the divergence stop (~230).
+BUDGETS = {"library": 5000, "tooling": 2100, "testing": 1700}
 
 
 def code_lines(path: Path) -> int:
