@@ -14,7 +14,7 @@ from gpugrad.ops.activation import BiasAct, Dropout, Gelu, Relu, Sigmoid, Tanh
 from gpugrad.ops.arith import Abs, Add, Clamp, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, Sqrt, Sub, Where
 from gpugrad.ops.matmul import Matmul
 from gpugrad.ops.movement import Cat, Expand, Gather, Index, Permute, Reshape, Squeeze, Stack, Unsqueeze
-from gpugrad.ops.reduce import Max, Mean, Min, Sum, Var
+from gpugrad.ops.reduce import Max, Mean, Min, Std, Sum, Var
 from gpugrad.ops.softmax import LogSoftmax, LogSumExp, Softmax
 
 
@@ -139,7 +139,7 @@ class Tensor:
     # -- autograd state -----------------------------------------------------------------------------------------
     @property
     def requires_grad(self):
-        return self._requires_grad
+        return _function.fresh(self)._requires_grad
 
     @requires_grad.setter
     def requires_grad(self, flag):
@@ -162,11 +162,11 @@ class Tensor:
 
     @property
     def grad_fn(self):
-        return self._grad_fn
+        return _function.fresh(self)._grad_fn
 
     @property
     def is_leaf(self):
-        return self._grad_fn is None
+        return _function.fresh(self)._grad_fn is None
 
     @property
     def grad(self):
@@ -184,14 +184,14 @@ class Tensor:
 
     def retain_grad(self):
         """Keep .grad on a non-leaf after backward (leaves always keep theirs)."""
-        if not self._requires_grad:
+        if not _function.fresh(self)._requires_grad:
             raise RuntimeError("can't retain_grad on a tensor that does not require grad")
         if self._grad_fn is not None:
             self._grad_fn._retain = weakref.ref(self)
 
     def register_hook(self, hook):
         """``hook(grad) -> Tensor or None`` runs when this tensor's gradient is computed; may replace it."""
-        if not self._requires_grad:
+        if not _function.fresh(self)._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that does not require grad")
         from gpugrad.autograd.function import AccumulateGrad
 
@@ -223,7 +223,7 @@ class Tensor:
 
     # -- conversion ---------------------------------------------------------------------------------------------
     def numpy(self):
-        if self._requires_grad:
+        if self.requires_grad:
             raise RuntimeError("can't call numpy() on a tensor that requires grad; use .detach().numpy()")
         raise_pending(self._backend)
         return self._backend.to_host(self._data)
@@ -413,7 +413,7 @@ class Tensor:
         return Var.apply(self, axis=_axis(axis), keepdims=keepdims, correction=correction)
 
     def std(self, axis=None, keepdims=False, correction=1):
-        return self.var(axis, keepdims, correction).sqrt()
+        return Std.apply(self, axis=_axis(axis), keepdims=keepdims, correction=correction)
 
     def softmax(self, axis=-1): return Softmax.apply(self, axis=axis)
     def log_softmax(self, axis=-1): return LogSoftmax.apply(self, axis=axis)
@@ -479,10 +479,9 @@ class Tensor:
     def expand(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         out = Expand.apply(self, shape=shape)
-        if out._data.size != self._data.size:  # elements share memory: in-place writes are refused (_check_overlap)
-            return _view(out, self, None)
-        new_shape = out.shape  # only size-1 axes added: a plain view that can be written through, as in torch
-        return _view(out, self, lambda a: a.reshape(new_shape))
+        new_shape, xp = out.shape, self._backend.xp
+        out._data = _broadcast(xp, self._data, new_shape)
+        return _view(out, self, lambda a: _broadcast(xp, a, new_shape))
 
     def expand_as(self, other):
         return self.expand(other.shape)
@@ -540,8 +539,10 @@ class Tensor:
         return recording
 
     @_on_own_device
-    def _inplace(self, op, result_fn, other=None):
-        _check_overlap(self, op)
+    def _inplace(self, op, result_fn, other=None, fits=True):
+        _check_overlap(self, op, other)
+        if fits and isinstance(other, Tensor):
+            _check_fits(self, other, op)
         if self._check_inplace(op, other):
             if self._base is not None and self._base_fn is not self._base._grad_fn:
                 _function._refresh_view(self)
@@ -554,7 +555,7 @@ class Tensor:
             if self._base is None:
                 _function.rebase(self, node)
             else:
-                _write_through(self, result, op)
+                _write_through(self, result)
         else:
             with _no_grad():
                 result = result_fn()
@@ -583,15 +584,18 @@ class Tensor:
         return self._inplace("clamp_", lambda: self.clamp(min, max))
 
     def zero_(self):
-        return self.fill_(0)
+        return self._fill(0, "zero_")
+
+    def fill_(self, value):
+        return self._fill(value, "fill_")
 
     @_on_own_device
-    def fill_(self, value):
-        if self._check_inplace("fill_"):
-            # Recorded as "everything replaced by a constant": no gradient flows to the old values.
-            everywhere = self._backend.xp.ones(self.shape, dtype=bool)
-            return self._inplace("fill_", lambda: Where.apply(value, self, cond=everywhere))
-        _check_overlap(self, "fill_")
+    def _fill(self, value, op):
+        if self._check_inplace(op, value):
+            # Recorded as torch does: the old values get a zero gradient that carries no graph (FillBackward2,
+            # ZeroBackward0), so a create_graph pass has no edge into their history.
+            name = "ZeroBackward0" if op == "zero_" else "FillBackward2"
+            return self._inplace(op, lambda: Overwrite.apply(self, value, _name=name), value)
         _function.before_write(self)
         self._data.fill(value)
         self._version_counter[0] += 1
@@ -599,16 +603,25 @@ class Tensor:
 
     def copy_(self, src):
         src = self._other(src)
-        return self._inplace("copy_", lambda: src.to(self.device, self.dtype).expand(self.shape)
-                             if isinstance(src, Tensor) else Tensor(src, dtype=self.dtype, device=self.device)
-                             .expand(self.shape), src)
+        if not isinstance(src, Tensor):
+            src = Tensor(src, dtype=self.dtype, device=self.device)
+        if self._check_inplace("copy_", src):  # torch's CopyBackwards: zeros to the old values, gy to src
+            return self._inplace("copy_", lambda: Overwrite.apply(self, src.to(self.device), _name="CopyBackwards"),
+                                 src)
+        return self._inplace("copy_", lambda: src.to(self.device, self.dtype).expand(self.shape), src)
 
     __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_
 
     def __setitem__(self, key, value):
         key = _index_key(key, self)
         value = self._other(value)
-        return self._inplace("__setitem__", lambda: _index_put(self, key, value), value)
+        if _basic_key(key):  # as torch: copy_ into the view self[key] (CopySlices), so only that region is written
+            region = self[key]
+            while isinstance(value, Tensor) and value.ndim > region.ndim and value.shape[0] == 1:
+                value = value.squeeze(0)  # torch drops the value's leading size-1 axes
+            region.copy_(value)
+            return
+        self._inplace("__setitem__", lambda: _index_put(self, key, value), value, fits=False)
 
 
 def _rebuild(cls, array, device, requires_grad):
@@ -627,25 +640,38 @@ def _no_grad():
 def _view(out, base, view_fn):
     """Mark ``out`` as a view of ``base``'s memory.  Views share the root's version counter (in-place writes
     through either are seen by saved copies of both) and remember how to re-make themselves from the root:
-    ``view_fn`` maps the root's array to the view's (None: not writable, e.g. expand)."""
+    ``view_fn`` maps the root's array to the view's."""
     root = base if base._base is None else base._base
     if root is not base:
-        inner = base._view_fn
-        view_fn = None if inner is None or view_fn is None else _compose(view_fn, inner)
+        view_fn = _compose(view_fn, base._view_fn)
     out._version_counter = root._version_counter
     out._base, out._view_fn, out._base_fn = root, view_fn, root._grad_fn
     return out
 
 
-def _check_overlap(t, op):
+def _check_overlap(t, op, other=None):
     """torch refuses in-place writes into a tensor whose elements share memory (an expand along a size-1 axis):
-    NumPy would refuse with a read-only error, and CuPy would write each element's several updates in a race."""
-    if t._data.size > 1 and any(st == 0 and n > 1 for st, n in zip(t._data.strides, t._data.shape)):
-        raise RuntimeError(f"{op}: unsupported operation: more than one element of the written-to tensor refers to a "
-                           "single memory location. Please clone() the tensor before performing the operation.")
-    if t._base is not None and t._view_fn is None:  # a view taken from such an expand (a row of it)
-        raise RuntimeError(f"{op}: cannot write in place into a view of an expand() whose elements share memory; "
-                           "clone() the tensor before performing the operation")
+    NumPy would refuse with a read-only error, and CuPy would write each element's several updates in a race.
+    fill_ and zero_ write one value everywhere, and x.copy_(x) nothing: torch allows them (and raises at backward,
+    in CopySlices)."""
+    if op not in ("fill_", "zero_") and not (op == "copy_" and other is t) and _overlaps(t._data):
+        raise RuntimeError(f"{op}: {_OVERLAP}")
+
+
+def _broadcast(xp, a, shape):
+    """``xp.broadcast_to``, writable where ``a`` is: NumPy marks it read-only, but torch lets in-place ops write into
+    a view of an expand that repeats no element (a column of rows expanded); _check_overlap refuses the others."""
+    y = xp.broadcast_to(a, shape)
+    if not getattr(y.flags, "writeable", True) and a.flags.writeable:  # CuPy's arrays are always writable
+        y.flags.writeable = True
+    return y
+
+
+def _check_fits(t, other, op):
+    """As torch: x.op_(y) may not grow x (NumPy's copyto would drop the broadcast's leading size-1 axes)."""
+    shape = np.broadcast_shapes(t.shape, other.shape)
+    if shape != t.shape:
+        raise RuntimeError(f"{op}: output with shape {list(t.shape)} doesn't match the broadcast shape {list(shape)}")
 
 
 def _compose(outer, inner):
@@ -656,13 +682,10 @@ def _shares_memory(a, b):
     return _function._root(a._data) is _function._root(b._data)
 
 
-def _write_through(view, value, op):
+def _write_through(view, value):
     """An in-place op on a view, recorded: the root becomes CopySlices(root, value) (torch's way), and the view
     is re-derived from it, so both the root and the view see the change in values and in graph."""
     root = view._base
-    if view._view_fn is None:
-        raise RuntimeError(f"{op}: cannot write in place into a view made by expand(); "
-                           "several of its elements share one memory location")
     new_root = CopySlices.apply(root, value, view_fn=view._view_fn)
     _function.rebase(root, new_root._grad_fn)
     _function._refresh_view(view)
@@ -716,4 +739,5 @@ _function._tensor_type, _function._make_tensor = Tensor, _make
 
 # Cast / ToDevice / Copy / IndexPlace are registered ops too; they live here because they are about tensors
 # moving between dtypes, devices and buffers rather than about math.
-from gpugrad.ops.convert import Cast, Copy, CopySlices, IndexPlace, ToDevice  # noqa: E402
+from gpugrad.ops.convert import (OVERLAP as _OVERLAP, Cast, Copy, CopySlices, IndexPlace, Overwrite,  # noqa: E402
+                                 ToDevice, overlaps as _overlaps)

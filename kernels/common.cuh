@@ -154,15 +154,19 @@ template <typename T> __device__ __forceinline__ void block_reduce_sum2(T& a, T&
 
 // ---- online log-sum-exp: (m, s) stands for s * exp(m); merging rescales the smaller side -------------------
 // NOTE: a side with m == -inf holds no mass (s == 0); skipping it avoids exp(-inf - -inf) = NaN, so rows with
-// -inf entries (masks) work and an all -inf row gives lse = -inf, as in the reference. NaN in s propagates.
+// -inf entries (masks) work and an all -inf row gives lse = -inf, as in the reference. Equal maxima add without
+// exp(m2 - m), so two sides with m == +inf merge to (inf, s + s2), not NaN: a row holding +inf has lse = inf, as
+// torch's logsumexp (the softmax family reads such a row as NaN: softmax_sum). NaN in s propagates.
 template <typename T> __device__ __forceinline__ void lse_merge(T& m, T& s, T m2, T s2) {
     if (m2 == -inf<T>()) return;
     if (m == -inf<T>()) { m = m2; s = s2; return; }
     if (m2 > m) { s = s * exp_(m - m2) + s2; m = m2; }
-    else { s += s2 * exp_(m2 - m); }
+    else { s += m2 == m ? s2 : s2 * exp_(m2 - m); }
 }
 
 // Fold K register values into (m, s): one exp per element against the chunk max, one merge per chunk.
+// The max itself counts 1 without exp(v - cm): exp(0) = 1 for a finite max, and +inf entries count 1 (not
+// exp(inf - inf) = NaN); a NaN entry still makes cs NaN (v == cm is false for it).
 template <typename T, int K> __device__ __forceinline__ void lse_add_chunk(T& m, T& s, const T (&v)[K]) {
     T cm = v[0];
 #pragma unroll
@@ -170,9 +174,13 @@ template <typename T, int K> __device__ __forceinline__ void lse_add_chunk(T& m,
     if (cm == -inf<T>()) return;  // padding (-inf) or masked entries only
     T cs = T(0);
 #pragma unroll
-    for (int j = 0; j < K; ++j) cs += exp_(v[j] - cm);
+    for (int j = 0; j < K; ++j) cs += v[j] == cm ? T(1) : exp_(v[j] - cm);
     lse_merge(m, s, cm, cs);
 }
+
+// The row's sum of exp(x - m) as torch's softmax, log_softmax and cross-entropy see it: NaN when the max m is +inf
+// (x - max = inf - inf there), where logsumexp takes (m, s) as it is (inf).
+template <typename T> __device__ __forceinline__ T softmax_sum(T m, T s) { return m == inf<T>() ? nan<T>() : s; }
 
 template <typename T> __device__ __forceinline__ void block_reduce_lse(T& m, T& s) {
     __shared__ T pm[32], ps[32];

@@ -7,7 +7,9 @@
 // read of the device, so neither the launchers nor the op need a host sync.
 #include "common.cuh"
 
-// forward: loss[r] = sign * (lse[r] - x[r, t[r]]), lse[r] = log(sum(exp(x[r]))) (saved for backward), both (rows,).
+// forward: loss[r] = sign * (ls - (x[r, t[r]] - m)) = -sign * log_softmax(x)[r, t[r]], with m the row max and
+// ls = log(sum(exp(x[r] - m))) (torch's order of operations: x - lse would round ls to an ulp of m), and
+// lse[r] = m + ls (saved for backward), both (rows,). A row holding +inf is NaN (gg::softmax_sum), as in torch.
 // With divisor > 0 ('sum': 1, 'mean': rows) also total[0] = sum_r loss[r] / divisor, in one launch: the last block
 // to finish (gg::last_block) adds the rows in a fixed order, so the result does not depend on block timing.
 // divisor == 0 ('none'): total is not touched. If any t[r] is out of range, the last block records (site, min t,
@@ -27,9 +29,9 @@ softmax_xent_fwd(const T* __restrict__ x, const long long* __restrict__ t, T* lo
     T v[K], m, s;
     gg::row_lse(xr, cols, v, m, s);
     if (threadIdx.x == 0) {
-        const T l = m + gg::log_(s);
-        lse[blockIdx.x] = l;
-        loss[blockIdx.x] = valid ? T(sign) * (l - xt) : gg::nan<T>();
+        const T ls = gg::log_(gg::softmax_sum(m, s));
+        lse[blockIdx.x] = m + ls;
+        loss[blockIdx.x] = valid ? T(sign) * (ls - (xt - m)) : gg::nan<T>();
     }
     unsigned long long invalid;
     if (!gg::last_block(status, valid ? 0u : 1u, invalid)) return;

@@ -21,7 +21,7 @@ __device__ __forceinline__ void softmax_fwd_row(const T* __restrict__ x, T* __re
     constexpr int K = gg::TeamCache<T>::K;
     T v[K], m, s;
     gg::team_row_lse<VEC>(x, v, m, s, t);
-    const T inv = T(1) / s;
+    const T inv = T(1) / gg::softmax_sum(m, s);
     for (int base = 0; base < t.cols; base += K * t.size) {
         if (base) gg::team_load<VEC>(v, x, base, T(0), t);  // chunk 0 is still in registers
 #pragma unroll
@@ -79,17 +79,19 @@ softmax_bwd(const T* __restrict__ y, const T* __restrict__ gy, T* __restrict__ g
     });
 }
 
-// log_softmax: y = x - lse(x). T float/double. Op: log_softmax forward.
+// log_softmax: y = (x - m) - log(sum(exp(x - m))), m = row max, as torch computes it. T float/double.
+// NOTE: not x - lse with lse = m + log(sum): that rounds log(sum) to an ulp of m (all of it for floats ~1e8).
+// Op: log_softmax forward.
 template <bool VEC, typename T>
 __device__ __forceinline__ void log_softmax_fwd_row(const T* __restrict__ x, T* __restrict__ y, const gg::RowTeam& t) {
     constexpr int K = gg::TeamCache<T>::K;
     T v[K], m, s;
     gg::team_row_lse<VEC>(x, v, m, s, t);
-    const T lse = m + gg::log_(s);
+    const T ls = gg::log_(gg::softmax_sum(m, s));
     for (int base = 0; base < t.cols; base += K * t.size) {
         if (base) gg::team_load<VEC>(v, x, base, T(0), t);
 #pragma unroll
-        for (int j = 0; j < K; ++j) v[j] -= lse;
+        for (int j = 0; j < K; ++j) v[j] = (v[j] - m) - ls;
         gg::team_store<VEC>(y, v, base, t);
     }
 }
@@ -143,7 +145,8 @@ log_softmax_bwd(const T* __restrict__ y, const T* __restrict__ gy, T* __restrict
     });
 }
 
-// logsumexp: lse[r] = m + log(sum(exp(x[r] - m))), shape (rows,); -inf for an all -inf (or empty) row.
+// logsumexp: lse[r] = m + log(sum(exp(x[r] - m))), shape (rows,); -inf for an all -inf (or empty) row, inf for a
+// row holding +inf (common.cuh lse_merge), NaN for a row holding NaN.
 // T float/double. Op: logsumexp forward.
 template <typename T>
 __global__ void __launch_bounds__(512, 2)

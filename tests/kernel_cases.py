@@ -80,10 +80,10 @@ def _shifted(rng, dtype, shape):
     return (rng.standard_normal(shape) - 1000.0).astype(dtype)
 
 
-# The shifted rows are held to float64 math on the same (rounded) inputs. float32 results near -1000 are within
-# half an ulp of 1000 (3e-5) of it, and so is what is computed from them: x - lse (log_softmax; the losses'
-# lse - x[t]) keeps that error on values of size ~1. NOTE: (x - max) - log(sum), as torch computes log_softmax,
-# would not lose it; a max that starts at 0 gives -inf or NaN here, far outside any tolerance.
+# The shifted rows are held to float64 math on the same (rounded) inputs. float32 results near -1000 (logsumexp) are
+# within half an ulp of 1000 (3e-5) of it. log_softmax and the losses compute (x - max) - log(sum), as torch, and do
+# not carry that error (x - lse would, on values of size ~1); a max that starts at 0 gives -inf or NaN here, far
+# outside any tolerance.
 SHIFTED_TOLERANCE = {np.dtype(np.float32): (2e-5, 1e-4), np.dtype(np.float64): (1e-12, 1e-11)}
 # layer norm's float32 mean of a row near -1000 is itself off by a few ulps of 1000 (the row sum's rounding), which
 # every y = (x - mean) * rstd * w carries; a variance from E[x^2] - mean^2 would be off by ~0.1 (ulp of 1e6).

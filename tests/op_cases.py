@@ -150,6 +150,8 @@ CASES = [
            torch_fn=lambda a: a.amin(1, keepdim=True)),
     OpCase("var", lambda a: a.var(axis=1), lambda a: a.var(1, ddof=1), [((3, 5),)], torch_fn=lambda a: a.var(1)),
     OpCase("var_all", lambda a: a.var(correction=0), lambda a: a.var(), [((3, 5),)], op="var"),
+    OpCase("std", lambda a: a.std(axis=1), lambda a: a.std(1, ddof=1), [((3, 5),)], torch_fn=lambda a: a.std(1)),
+    OpCase("std_all", lambda a: a.std(correction=0), lambda a: a.std(), [((3, 5),)], op="std"),
     # movement
     OpCase("reshape", lambda a: a.reshape(4, 3), lambda a: a.reshape(4, 3), [((3, 4),)],
            torch_fn=lambda a: a.reshape(4, 3)),
@@ -182,6 +184,8 @@ CASES = [
            [((3, 4), (4,))], torch_fn=lambda a, v: _add_into_row(a, v)),
     OpCase("as_view", lambda a, v: _stale_view(a, v), lambda a, v: (a * v)[0:2] + 0.0, [((3, 4), (3, 4))],
            torch_fn=lambda a, v: _stale_view(a, v)),
+    OpCase("overwrite", lambda a, v: _copy_into(a, v), lambda a, v: v * a, [((3, 4), (4,))],
+           torch_fn=lambda a, v: _copy_into(a, v)),
     # matmul family
     OpCase("matmul", lambda a, b: a @ b, np.matmul, [((3, 4), (4, 5)), ((4,), (4,)), ((3, 4), (4,)), ((4,), (4, 2)),
                                                     ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (3, 4, 2))],
@@ -240,6 +244,12 @@ def _stale_view(a, v):
     head = y[0:2]
     y.mul_(v)  # the base changes in place after the view was taken: the view's graph is re-derived
     return head + 0.0
+
+
+def _copy_into(a, v):
+    y = a * 1.0
+    y.copy_(v)  # a graph tensor overwritten: zeros to a's old values, gy to v (torch's CopyBackwards)
+    return y * a
 
 
 def _np_setitem(a, v):

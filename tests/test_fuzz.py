@@ -152,7 +152,7 @@ class Stop(Exception):
 
 def to_numpy(x):
     if torch is not None and isinstance(x, torch.Tensor):
-        return x.detach().numpy()
+        return x.detach().numpy(force=True)  # force: torch's gradients may be ZeroTensors (e.g. through sgn)
     return x.detach().numpy() if isinstance(x, gpugrad.Tensor) else np.asarray(x)
 
 

@@ -6,7 +6,7 @@ from gpugrad.autograd.anomaly import (detect_anomaly, is_anomaly_check_nan_enabl
                                      set_detect_anomaly)
 from gpugrad.backend import on
 from gpugrad.autograd.custom import Function, FunctionCtx
-from gpugrad.autograd.function import AccumulateGrad, Node, Op
+from gpugrad.autograd.function import AccumulateGrad, Node, Op, fresh as _fresh
 from gpugrad.autograd.gradcheck import GradcheckError, gradcheck
 from gpugrad.autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled,
                                         no_grad, set_grad_enabled)
@@ -28,7 +28,7 @@ def _roots(outputs, grad_outputs, create_graph, what):
         raise ValueError(f"{what}: got {len(outputs)} outputs but {len(grad_outputs)} gradients")
     roots = []
     for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
-        if not t._requires_grad:
+        if not _fresh(t)._requires_grad:
             raise RuntimeError(f"{what}: element {i} of tensors does not require grad and does not have a grad_fn")
         if g is None:
             if t._data.size != 1:
@@ -62,10 +62,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     from gpugrad._tensor import Tensor
 
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
-    grads = grad(tensors, inputs, grad_tensors, retain_graph=retain, create_graph=create_graph, allow_unused=True)
-    for t, g in zip(inputs, grads):
-        if g is not None:
-            engine._accumulate_leaf(t, g if create_graph else g._data, True, create_graph)
+    for i, t in enumerate(inputs):  # as torch: a non-leaf input retains its grad from now on, and its grad_fn runs
+        if not _fresh(t)._requires_grad:
+            raise RuntimeError(f"backward: input {i} (shape {t.shape}) does not require grad")
+        if t._grad_fn is not None:
+            t.retain_grad()
+    engine.run(roots, retain, create_graph, only=[t._grad_fn or AccumulateGrad.of(t) for t in inputs])
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
@@ -75,7 +77,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     single = isinstance(inputs, Tensor)
     inputs = (inputs,) if single else tuple(inputs)
     for i, t in enumerate(inputs):
-        if not t._requires_grad:
+        if not _fresh(t)._requires_grad:
             raise RuntimeError(f"grad: input {i} (shape {t.shape}) does not require grad")
     roots = _roots(outputs, grad_outputs, create_graph, "grad")
     nodes = [t._grad_fn or AccumulateGrad.of(t) for t in inputs]

@@ -62,24 +62,26 @@ def _fit(gx, meta, xp):
     return gx
 
 
-def run(roots, retain_graph=False, create_graph=False, capture=None):
+def run(roots, retain_graph=False, create_graph=False, capture=None, only=None):
     """Backpropagate ``roots`` = [(node, gradient)], accumulating into leaves, or into ``capture`` if given.
 
     ``capture`` maps nodes to ``None``; their incoming gradients are stored there and leaves are left alone
-    (``autograd.grad``).  Gradients are arrays, or Tensors when ``create_graph``.
+    (``autograd.grad``).  ``only`` (backward(inputs=)): run just these nodes and those above them.
+    Gradients are arrays, or Tensors when ``create_graph``.
     """
     from gpugrad.autograd import tensor_xp
 
     order = toposort([n for n, _ in roots])
     check = _anomaly.checker(len(order))  # None unless detect_anomaly() is on
     needed = None
-    if capture is not None:
-        # As torch: a node runs only if a captured node lies strictly below it.  A captured node with none below
-        # is not run (its saved tensors stay, so a later backward through it works) and its hooks run before the
-        # capture; nodes that lead to no captured node are skipped, hooks and all.
-        needed = set()
+    targets = capture if capture is not None else only
+    if targets is not None:
+        # As torch: a node runs only if a target lies strictly below it (or, for backward(inputs=), it is one).  A
+        # captured node with none below is not run (its saved tensors stay, so a later backward through it works)
+        # and its hooks run before the capture; nodes that lead to no target are skipped, hooks and all.
+        needed = set() if capture is not None else set(only)
         for node in reversed(order):  # inputs first
-            if any(p in needed or p in capture for p, _ in node.next_functions):
+            if any(p in needed or p in targets for p, _ in node.next_functions):
                 needed.add(node)
     grads = {}
     for node, g in roots:
@@ -93,8 +95,8 @@ def run(roots, retain_graph=False, create_graph=False, capture=None):
             if node._be.device_scope is not device.scope:
                 device.use(node._be.device_scope)
             g, owned = entry
-            if capture is not None and node not in needed:  # captured, nothing to run: hooks, then capture
-                if node not in capture:
+            if needed is not None and node not in needed:  # captured, nothing to run: hooks, then capture
+                if capture is None or node not in capture:
                     continue
                 if node._pre_hooks:
                     g, owned = _run_hooks(node, g, owned, create_graph)
@@ -231,6 +233,8 @@ def _accumulate_leaf(leaf, g, owned, create_graph):
     from gpugrad._tensor import Tensor
 
     if create_graph:
+        if leaf._grad is None:  # a copy, as torch's: g may be another edge's gradient or a read-only broadcast view
+            g = g.clone() if g._requires_grad else Tensor._wrap(g._data.copy(), leaf._backend)
         leaf._grad = g if leaf._grad is None else leaf._grad + g
         return
     grad = leaf._grad

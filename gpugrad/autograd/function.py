@@ -7,6 +7,7 @@ Broadcasting is undone by the engine, never by an op: a VJP may return a gradien
 """
 from __future__ import annotations
 
+import numbers
 import weakref
 
 from gpugrad.autograd.anomaly import STATE as _ANOMALY, record as _record_stack
@@ -121,13 +122,18 @@ def _refresh_view(view):
     from gpugrad.ops.convert import AsView
 
     base = view._base
-    if view._view_fn is None:
-        raise RuntimeError("a view made by expand() was used after its base was changed in place; "
-                           "take the view again after the in-place operation")
     with enable_grad():
         fresh = AsView.apply(base, view_fn=view._view_fn)
     rebase(view, fresh._grad_fn)
     view._requires_grad, view._base_fn = fresh._requires_grad, base._grad_fn
+
+
+def fresh(tensor):
+    """``tensor``, its grad_fn re-derived first if it is a view whose base was changed in place with a graph since it
+    was taken: torch re-derives a view's grad_fn whenever it is read (requires_grad, hooks, backward)."""
+    if tensor._base is not None and tensor._base_fn is not tensor._base._grad_fn:
+        _refresh_view(tensor)
+    return tensor
 
 
 def rebase(tensor, node):
@@ -299,11 +305,16 @@ class Op(Node):
                 if root is out_root:
                     ref = ("out" if s is result._data else "outview", result._version_counter,
                            result._version_counter[0])
-                else:
+                else:  # the input itself first: x * x.unsqueeze(0) saves two arrays of one buffer
                     for a, d in zip(args, datas):
-                        if hasattr(a, "_version_counter") and root is _root(d):
-                            ref = ("in" if s is d else "inview", a, a._version_counter[0])
+                        if s is d and hasattr(a, "_version_counter"):
+                            ref = ("in", a, a._version_counter[0])
                             break
+                    else:
+                        for a, d in zip(args, datas):
+                            if hasattr(a, "_version_counter") and root is _root(d):
+                                ref = ("inview", a, a._version_counter[0])
+                                break
             refs.append(ref)
         self._saved_refs = refs
         for i in self.private_saved:
@@ -370,9 +381,11 @@ class Op(Node):
         return gxs if isinstance(gxs, tuple) else (gxs,)
 
     def release(self):
-        if self.saved is not None:
+        # Only saved arrays are freed: a node that saved just Python scalars (x * 2, add_(y, alpha=2)) stays usable,
+        # as torch's nodes that saved no tensors, so a create_graph gradient may still pass through it later.
+        if self.saved is not None and any(s is not None and not isinstance(s, numbers.Number) for s in self.saved):
             self._released = True
-        self.saved = None
+            self.saved = None
         self._saved_refs = None
 
     # -- to be defined by ops -----------------------------------------------------------------------------------

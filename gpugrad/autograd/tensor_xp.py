@@ -32,6 +32,25 @@ def where(cond, a, b):
     return Where.apply(a, b, cond=_cond(cond))
 
 
+def zeros_like(x):
+    return _const(x._backend.xp.zeros_like(x._data), x)
+
+
+def depends(value, on):
+    """``value``, recorded as depending on ``on`` with derivative 0: torch's VJPs that read an input through a
+    piecewise-constant function (abs: gy * sgn(x); relu: threshold_backward(gy, y)) give create_graph gradients that
+    require grad.  A where() that selects nothing from ``on``: its gradient there is exactly 0."""
+    from gpugrad.ops.arith import Where
+
+    return Where.apply(on, value, cond=on._backend.xp.zeros((), dtype=bool))
+
+
+def sign(x):
+    """torch's sgn(x): the sign (0 for NaN, where NumPy's is NaN) as a Tensor whose derivative is 0."""
+    d = x._data
+    return depends(_const(x._backend.as_array((d > 0).astype(d.dtype) - (d < 0).astype(d.dtype)), x), x)
+
+
 def _backend_xp(array):
     from gpugrad.backend import backend_of
 

@@ -682,8 +682,9 @@ def _xent_bwd(name, x, t, lse, g, sign, reduction):
 
 
 def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0):
-    """(loss, lse), loss_i = lse_i - x[i, t_i], reduced ('none' | 'sum' | 'mean': 0-d) in the same launch; NaN
-    rows where t_i is outside [0, cols), recorded in status under site."""
+    """(loss, lse), loss_i = -log_softmax(x)[i, t_i] = log Σ - (x[i, t_i] - max) (lse_i = max + log Σ), reduced
+    ('none' | 'sum' | 'mean': 0-d) in the same launch; NaN rows where t_i is outside [0, cols), recorded in status
+    under site."""
     return _xent_fwd("softmax_xent_fwd", x, t, 1.0, reduction, status, site)
 
 
@@ -694,7 +695,7 @@ def softmax_xent_bwd(xp, x, t, lse, gloss, reduction="none"):
 
 
 def token_logprob_fwd(xp, x, t, status=None, site=0):
-    """(logp, lse), logp_i = x[i, t_i] - lse_i = log_softmax(x)[i, t_i] (the cross-entropy kernel, sign -1)."""
+    """(logp, lse), logp_i = log_softmax(x)[i, t_i] = (x[i, t_i] - max) - log Σ (the cross-entropy kernel, sign -1)."""
     return _xent_fwd("token_logprob_fwd", x, t, -1.0, "none", status, site)
 
 

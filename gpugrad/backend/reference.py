@@ -83,6 +83,12 @@ def opmath(fn):
     return run
 
 
+def opmath_array(a):
+    """``a`` in the dtype the kernels compute it in (float16 -> float32, as :func:`opmath`), for an op that keeps
+    a result beyond one call in that precision (logsumexp's saved lse)."""
+    return a.astype(_FLOAT) if a.dtype == _HALF else a
+
+
 def opmath_all(namespace):
     """Wrap every kernel function of a module (public, first parameter ``xp``) with :func:`opmath`; called at the
     end of this module and of kernels.py, so the references and the launchers take float16 the same way."""
@@ -116,14 +122,16 @@ def relu_bwd(xp, y, gy):
 
 
 def gelu_fwd(xp, x):
-    return _s(x, 0.5) * x * (1 + xp.tanh(_s(x, _GELU_K) * (x + _s(x, _GELU_A) * x * x * x)))
+    with _quiet(xp):  # x^3 overflows for |x| > ~5e102 (float64) / 7e12 (float32): tanh(+-inf) = +-1 is still right
+        return _s(x, 0.5) * x * (1 + xp.tanh(_s(x, _GELU_K) * (x + _s(x, _GELU_A) * x * x * x)))
 
 
 def gelu_bwd(xp, x, gy):
     k, a = _s(x, _GELU_K), _s(x, _GELU_A)
-    x2 = x * x
-    t = xp.tanh(k * (x + a * x2 * x))
-    return gy * (_s(x, 0.5) * (1 + t) + _s(x, 0.5) * x * (1 - t * t) * k * (1 + _s(x, 3) * a * x2))
+    with _quiet(xp):  # as gelu_fwd (where x^2 overflows too, 0 * inf is NaN: torch's gradient is NaN there too)
+        x2 = x * x
+        t = xp.tanh(k * (x + a * x2 * x))
+        return gy * (_s(x, 0.5) * (1 + t) + _s(x, 0.5) * x * (1 - t * t) * k * (1 + _s(x, 3) * a * x2))
 
 
 def sigmoid_fwd(xp, x):
@@ -192,23 +200,40 @@ def _max_for_shift(xp, x):
     return xp.where(m == -xp.inf, _s(x, 0), m)
 
 
-def logsumexp_fwd(xp, x):
+def _shifted_log_sum(xp, x):
+    """(x - m, m, log Σ e^(x - m)) over the rows (keepdims), m = _max_for_shift: log_softmax = (x - m) - log Σ, as
+    torch computes it. NOTE: not x - lse with lse = m + log Σ, which rounds log Σ to an ulp of m (all of it for
+    float32 logits ~1e8). A row holding +inf gets NaN (inf - inf), as torch's softmax family; an empty row -inf."""
     if x.shape[-1] == 0:
-        return xp.full(x.shape[:-1], -xp.inf, dtype=x.dtype)
+        m = xp.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
+        return x.copy(), m, m - _s(x, xp.inf)
     m = _max_for_shift(xp, x)
     with _quiet(xp):
-        return (m + xp.log(xp.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
+        d = x - m
+        return d, m, xp.log(xp.exp(d).sum(axis=-1, keepdims=True))
+
+
+def logsumexp_fwd(xp, x):
+    """m + log Σ e^(x - m), shifted by the row max m, or by 0 where m is infinite (as torch's logsumexp): a row
+    holding +inf gives inf (not inf - inf = NaN), an all -inf or empty row -inf, a row holding NaN NaN."""
+    if x.shape[-1] == 0:
+        return xp.full(x.shape[:-1], -xp.inf, dtype=x.dtype)
+    m = x.max(axis=-1, keepdims=True)
+    m = xp.where(xp.isinf(m), _s(x, 0), m)
+    with _quiet(xp):
+        return (xp.log(xp.exp(x - m).sum(axis=-1, keepdims=True)) + m)[..., 0]
 
 
 def logsumexp_bwd(xp, x, lse, glse):
-    return glse[:, None] * xp.exp(x - lse[:, None])
+    with _quiet(xp):  # inf - inf where lse is +-inf: NaN, as torch
+        return glse[:, None] * xp.exp(x - lse[:, None])
 
 
 def softmax_fwd(xp, x):
     if x.shape[-1] == 0:
         return x.copy()
-    e = xp.exp(x - _max_for_shift(xp, x))
     with _quiet(xp):
+        e = xp.exp(x - _max_for_shift(xp, x))
         return e / e.sum(axis=-1, keepdims=True)
 
 
@@ -217,8 +242,9 @@ def softmax_bwd(xp, y, gy):
 
 
 def log_softmax_fwd(xp, x):
+    d, _, log_sum = _shifted_log_sum(xp, x)
     with _quiet(xp):
-        return x - logsumexp_fwd(xp, x)[:, None]
+        return d - log_sum
 
 
 def log_softmax_bwd(xp, y, gy):
@@ -278,21 +304,27 @@ def _reduce(xp, loss, reduction):
     return total / _s(loss, loss.shape[0]) if loss.shape[0] else xp.full((), xp.nan, loss.dtype)
 
 
-def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0):
-    """(loss, lse): loss_i = lse_i - x[i, t_i], NaN where t_i is outside [0, cols) (recorded in status), reduced
-    by ``reduction``; lse per row."""
-    lse = logsumexp_fwd(xp, x)
-    xt, valid = _picked(xp, x, t)
+def _chosen_log_prob(xp, x, t, status, site):
+    """(logp, lse, valid): logp_i = log_softmax(x)[i, t_i] = (x[i, t_i] - m_i) - log Σ_i (_shifted_log_sum: torch's
+    order of operations), lse_i = m_i + log Σ_i for the VJP; out-of-range ids t_i are recorded in status."""
+    d, m, log_sum = _shifted_log_sum(xp, x)
+    dt, valid = _picked(xp, d, t)
     _record_range(status, site, t, x.shape[1])
-    return _reduce(xp, xp.where(valid, lse - xt, _s(x, xp.nan)), reduction), lse
+    with _quiet(xp):
+        return dt - log_sum[:, 0], (m + log_sum)[:, 0], valid
+
+
+def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0):
+    """(loss, lse): loss_i = -log_softmax(x)[i, t_i], NaN where t_i is outside [0, cols) (recorded in status),
+    reduced by ``reduction``; lse per row."""
+    logp, lse, valid = _chosen_log_prob(xp, x, t, status, site)
+    return _reduce(xp, xp.where(valid, -logp, _s(x, xp.nan)), reduction), lse
 
 
 def token_logprob_fwd(xp, x, t, status=None, site=0):
-    """(logp, lse): logp_i = x[i, t_i] - lse_i = log_softmax(x)[i, t_i], NaN where t_i is out of range."""
-    lse = logsumexp_fwd(xp, x)
-    xt, valid = _picked(xp, x, t)
-    _record_range(status, site, t, x.shape[1])
-    return xp.where(valid, xt - lse, _s(x, xp.nan)), lse
+    """(logp, lse): logp_i = log_softmax(x)[i, t_i], NaN where t_i is out of range."""
+    logp, lse, valid = _chosen_log_prob(xp, x, t, status, site)
+    return xp.where(valid, logp, _s(x, xp.nan)), lse
 
 
 def _xent_grad(xp, x, t, lse, g):
@@ -300,7 +332,8 @@ def _xent_grad(xp, x, t, lse, g):
     valid = (t >= 0) & (t < x.shape[1])
     onehot = xp.arange(x.shape[1])[None, :] == t[:, None]
     g = xp.where(valid, g, _s(x, xp.nan))
-    return g[:, None] * (xp.exp(x - lse[:, None]) - onehot.astype(x.dtype))
+    with _quiet(xp):  # inf - inf where lse is +-inf: NaN, as torch's gradient
+        return g[:, None] * (xp.exp(x - lse[:, None]) - onehot.astype(x.dtype))
 
 
 def softmax_xent_bwd(xp, x, t, lse, gloss, reduction="none"):

@@ -27,8 +27,8 @@ class Relu(_Pointwise):
     subgradient 0 at x == 0."""
     fwd, bwd = "relu_fwd", "relu_bwd"
 
-    def backward_graph(self, xp, gy):
-        return xp.where(self.saved[0] <= 0, 0, gy)
+    def backward_graph(self, xp, gy):  # torch's threshold_backward(gy, y, 0) depends on y (derivative 0)
+        return xp.depends(xp.where(self.saved[0] <= 0, 0, gy), self.saved[0])
 
 
 @register("gelu")

@@ -114,7 +114,7 @@ class Pow(Op):
 
 @register("maximum")
 class Maximum(Op):
-    """y = max(a, b).  VJP: gy goes to the larger input; on ties it is split evenly (as torch)."""
+    """y = max(a, b).  VJP: gy goes to the larger input; on ties it is split evenly; with a NaN, to both (as torch)."""
     double_backward = True
 
     def forward(self, xp, a, b):
@@ -123,7 +123,7 @@ class Maximum(Op):
 
     def backward(self, xp, gy):
         a, b = self.saved
-        return _split(xp, gy, a > b, a == b)
+        return _split(xp, gy, a < b, a > b, a == b)
 
 
 @register("minimum")
@@ -137,14 +137,14 @@ class Minimum(Op):
 
     def backward(self, xp, gy):
         a, b = self.saved
-        return _split(xp, gy, a < b, a == b)
+        return _split(xp, gy, a > b, a < b, a == b)
 
 
-def _split(xp, gy, a_wins, tie):
-    half = gy * 0.5
-    ga = xp.where(a_wins, gy, xp.where(tie, half, 0))
-    gb = xp.where(a_wins, 0, xp.where(tie, half, gy))
-    return ga, gb
+def _split(xp, gy, a_loses, b_loses, tie):
+    """As torch: gy (half of it on ties) goes to each side but the loser, so where a comparison with NaN is false
+    both ways, both sides get all of gy."""
+    g = xp.where(tie, gy * 0.5, gy)
+    return xp.where(a_loses, 0, g), xp.where(b_loses, 0, g)
 
 
 @register("where")
@@ -172,6 +172,9 @@ class Abs(Op):
     def backward(self, xp, gy):
         (x,) = self.saved
         return xp.where(x > 0, gy, xp.where(x < 0, -gy, 0))
+
+    def backward_graph(self, xp, gy):  # torch's formula: the result depends on x (derivative 0), so requires grad
+        return gy * xp.sign(self.saved[0])
 
 
 @register("clamp")

@@ -63,10 +63,20 @@ class IndexPlace(Op):
         return gy[self.key]
 
 
+OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+           "Please clone() the tensor before performing the operation.")
+
+
+def overlaps(array):
+    """Whether elements of ``array`` share memory (a stride 0 along an axis of more than one element: an expand)."""
+    return array.size > 1 and any(st == 0 and n > 1 for st, n in zip(array.strides, array.shape))
+
+
 @register("as_view")
 class AsView(Op):
-    """y = view_fn(x): a view of x re-derived after x was changed in place (a basic slice, reshape or
-    transpose; ``view_fn`` maps an array to the view).  VJP: gx = zeros with gy written into the view."""
+    """y = view_fn(x): a view of x re-derived after x was changed in place (basic slices, reshapes, transposes and
+    expands; ``view_fn`` maps an array to the view).  VJP: gx = zeros with gy written into the view, or added where
+    the view repeats elements (an expand)."""
     _name = "AsStridedBackward0"
 
     def forward(self, xp, x):
@@ -75,8 +85,13 @@ class AsView(Op):
 
     def backward(self, xp, gy):
         gx = xp.zeros(self.in_shape, dtype=gy.dtype)
-        self.view_fn(gx)[...] = gy
-        return gx
+        view = self.view_fn(gx)
+        if not overlaps(view):
+            view[...] = gy
+            return gx
+        flat = gx.reshape(-1)  # each view element's position in x, from the same view of x's positions
+        xp.add.at(flat, self.view_fn(xp.arange(flat.size).reshape(self.in_shape)), gy)
+        return flat.reshape(self.in_shape)
 
 
 @register("copy_slices")
@@ -92,5 +107,27 @@ class CopySlices(Op):
 
     def backward(self, xp, gy):
         gbase = gy.copy()
-        self.view_fn(gbase)[...] = 0
+        region = self.view_fn(gbase)
+        if overlaps(region):  # fill_ / zero_ of an expand: torch's forward allows it, its backward raises
+            raise RuntimeError(OVERLAP)
+        region[...] = 0
         return gbase, self.view_fn(gy)
+
+
+@register("overwrite")
+class Overwrite(Op):
+    """y = src (a Tensor or a scalar) broadcast to old's shape, in old's dtype: old's values replaced by copy_,
+    fill_ or zero_ on a tensor with a graph (torch's CopyBackwards, FillBackward2, ZeroBackward0).
+
+    VJP: gold = 0, a constant: the replaced values get a zero gradient and, under create_graph, no edge into their
+    history (a second-order pass never reaches it); gsrc = gy (the engine sums and casts it back to src)."""
+    double_backward = True
+    _name = "CopyBackwards"
+
+    def forward(self, xp, old, src):
+        out = xp.empty(old.shape, dtype=old.dtype)
+        out[...] = src
+        return out
+
+    def backward(self, xp, gy):
+        return (xp.zeros_like(gy) if self.needs_input_grad[0] else None), gy

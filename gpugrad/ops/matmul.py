@@ -134,9 +134,12 @@ class Linear(KernelOp):
     def _bwd(self, impl, xp, gy):
         x, w = self.saved
         ng = self.needs_input_grad
-        gy2 = gy.reshape(-1, gy.shape[-1])
+        # The row count is explicit: reshape(-1, 0) cannot infer it when in- or out-features are 0 (as torch: empty
+        # gx / gw, and gb the column sums of gy).
+        rows = math.prod(gy.shape[:-1])
+        gy2 = gy.reshape(rows, gy.shape[-1])
         gx = xp.matmul(gy, w) if ng[0] else None
-        gw = xp.matmul(gy2.T, x.reshape(-1, x.shape[-1])) if ng[1] else None
+        gw = xp.matmul(gy2.T, x.reshape(rows, x.shape[-1])) if ng[1] else None
         gb = impl.sum_rows(xp, gy2) if len(ng) > 2 and ng[2] else None
         return (gx, gw, gb) if len(ng) > 2 else (gx, gw)
 

@@ -139,6 +139,9 @@ class Cat(Op):
         out, start = [], 0
         axis = self.axis % gy.ndim
         for n in self.sizes:
+            if n == 0 and gy.ndim == 1:  # torch's cat_tensors_backward: a constant for a (0,) input (no graph)
+                out.append(xp.zeros_like(gy)[:0])
+                continue
             out.append(gy[(slice(None),) * axis + (slice(start, start + n),)])
             start += n
         return tuple(out)

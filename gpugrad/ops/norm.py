@@ -2,6 +2,8 @@
 references on the CPU); Embedding is a gather whose VJP is a scatter-add."""
 from __future__ import annotations
 
+import math
+
 from gpugrad.autograd.function import Op
 from gpugrad.backend import deferred
 from gpugrad.ops import register
@@ -23,7 +25,9 @@ class LayerNorm(KernelOp):
 
     def _fwd(self, impl, xp, x, w=None, b=None):
         n = self.n
-        x2 = x.reshape(-1, n)  # a view when x is contiguous (the usual case)
+        # A view when x is contiguous (the usual case). With n = 0 (an empty normalized axis) reshape(-1, 0) cannot
+        # infer the rows: any count gives the same empty results (torch's), so x's leading axes are taken as rows.
+        x2 = x.reshape(-1, n) if n else x.reshape(math.prod(x.shape[:-1]), 0)
         w1 = None if w is None else w.reshape(n)
         y, mean, rstd = impl.layer_norm_fwd(xp, x2, w1, None if b is None else b.reshape(n), self.eps)
         self.shapes = (x.shape, None if w is None else w.shape)

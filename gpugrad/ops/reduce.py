@@ -79,7 +79,11 @@ class Mean(_Reduce):
 
 
 class _Extreme(_Reduce):
-    """max/min.  VJP: gy flows to the elements equal to the extreme, split evenly among ties (as torch amax)."""
+    """max/min (torch's amax/amin).  VJP: gy flows to the elements equal to the extreme, split evenly among ties.
+
+    NOTE: as torch's amax, gy / count is multiplied by the mask, not selected: a NaN or inf gy spreads NaN over its
+    row (NaN * 0), and a row whose extreme is NaN (no element equals it: count 0) has a NaN gradient.
+    """
 
     full_suffix, axis_suffix = "1", "0"
     double_backward = True
@@ -97,7 +101,10 @@ class _Extreme(_Reduce):
         x, y = self.saved
         hit = x == y
         count = xp.sum(xp.where(hit, 1.0, 0.0), axis=self.axes, keepdims=True)
-        return xp.where(hit, _keep(xp, gy, self.axes, self.keepdims) / count, 0)
+        # torch's (gy / count) * mask, as selects (NumPy would warn about gy / 0 and inf * 0): NaN where count is 0,
+        # and off the mask 0, or NaN where the share is inf or NaN
+        share = xp.where(count > 0, _keep(xp, gy, self.axes, self.keepdims) / xp.maximum(count, 1.0), float("nan"))
+        return xp.where(hit, share, xp.where(xp.abs(share) < float("inf"), 0.0, float("nan")))
 
 
 @register("max")
@@ -142,7 +149,9 @@ class Var(_Reduce):
         return xp.where(ss > 0, ss.dtype.type("inf"), ss.dtype.type("nan"))
 
     def backward(self, xp, gy):
-        (x,) = self.saved
+        return self._vjp(xp, self.saved[0], gy)
+
+    def _vjp(self, xp, x, gy):
         centered = x - _mean(xp, x, self.axes, self.n)
         g = _keep(xp, gy, self.axes, self.keepdims)
         if self.dof > 0:
@@ -152,3 +161,19 @@ class Var(_Reduce):
         if self.axis is None or not self.in_shape:
             return g * xp.where(centered == 0, float("nan"), float("inf"))
         return g * centered * (2.0 / self.dof if self.dof else float("inf"))
+
+
+@register("std")
+class Std(Var):
+    """y = sqrt(var(x)).  VJP: the variance's VJP of gy / (2 y), with 0 where y == 0, as torch's std_backward:
+    a row of equal values (y = 0) gets a 0 gradient, not gy * inf * 0 = NaN (inf / NaN y stay as var's VJP)."""
+
+    def forward(self, xp, x):
+        y = xp.sqrt(super().forward(xp, x))
+        self.save_for_backward(x, y)
+        return y
+
+    def backward(self, xp, gy):
+        x, y = self.saved
+        zero = y == 0
+        return self._vjp(xp, x, xp.where(zero, 0.0, gy / xp.where(zero, 1.0, y + y)))

@@ -1,9 +1,11 @@
 """Row-wise softmax family over one axis.  Kernels work on the last axis of a 2-D array; other axes are moved
-there first (a copy only when the axis is not already last)."""
+there first (a copy only when the axis is not already last) and back after (another copy: results are
+C-contiguous, as torch's)."""
 from __future__ import annotations
 
 import math
 
+from gpugrad.backend import reference as R
 from gpugrad.ops import register
 from gpugrad.ops.kernel_op import KernelOp
 from gpugrad.ops.reduce import canonical_axis
@@ -20,28 +22,32 @@ def _rows(xp, x, axis, op):
 
 
 def _unrows(xp, y2, undo, ndim):
+    """The rows back in x's layout, C-contiguous (torch's results are: .view() of them must work)."""
     axis, moved_shape = undo
     y = y2.reshape(moved_shape)
-    return y if axis == ndim - 1 or ndim == 0 else xp.moveaxis(y, -1, axis)
+    return y if axis == ndim - 1 or ndim == 0 else xp.ascontiguousarray(xp.moveaxis(y, -1, axis))
 
 
 class _RowOp(KernelOp):
     fwd = bwd = None
 
     def _output(self, xp):
-        """Under create_graph: the output as a Tensor of this node (saved[0] holds its 2-D rows)."""
-        return xp.output_of(self, _unrows(self._be.xp, self.saved[0]._data, self.undo, self.ndim))
+        """Under create_graph: the output as a Tensor of this node (saved[0] is the output)."""
+        return xp.output_of(self, self.saved[0]._data)
 
     def _fwd(self, impl, xp, x):
         x2, self.undo = _rows(xp, x, self.axis, self.op_name)
         self.ndim = x.ndim
-        y2 = getattr(impl, self.fwd)(xp, x2)
-        self.save_for_backward(y2)
-        return _unrows(xp, y2, self.undo, x.ndim)
+        y = _unrows(xp, getattr(impl, self.fwd)(xp, x2), self.undo, x.ndim)
+        # The output itself is saved, as torch saves it: an in-place change of it is caught. Over a non-last axis
+        # the backward moves its rows again (a copy, where keeping the moved rows would keep a second output).
+        self.save_for_backward(y)
+        return y
 
     def _bwd(self, impl, xp, gy):
+        y2, _ = _rows(xp, self.saved[0], self.axis, self.op_name)
         gy2, _ = _rows(xp, gy, self.axis, self.op_name)
-        return _unrows(xp, getattr(impl, self.bwd)(xp, self.saved[0], gy2), self.undo, self.ndim)
+        return _unrows(xp, getattr(impl, self.bwd)(xp, y2, gy2), self.undo, self.ndim)
 
 
 @register("softmax")
@@ -76,12 +82,14 @@ class LogSumExp(KernelOp):
     def _fwd(self, impl, xp, x):
         x2, self.undo = _rows(xp, x, self.axis, self.op_name)
         self.ndim = x.ndim
-        lse = impl.logsumexp_fwd(xp, x2)
+        # NOTE: the lse the VJP reads keeps the kernels' math precision (float32 for float16 x, as cross-entropy's):
+        # exp(x - lse) from the float16-rounded output would be off by up to e^(ulp / 2), 14% near -1000.
+        lse = impl.logsumexp_fwd(xp, R.opmath_array(x2))
         # Save x itself, as torch (not x2, a copy when the axis is not last): an in-place change of x is caught, and
         # create_graph finds x among the inputs (tensor_xp.input_of).  Backward re-derives the rows.
         self.save_for_backward(x, lse)
         out_shape = self.undo[1][:-1]
-        y = lse.reshape(out_shape)
+        y = lse.astype(x.dtype, copy=False).reshape(out_shape)
         return xp.expand_dims(y, self.undo[0]) if self.keepdims and x.ndim else y
 
     def _bwd(self, impl, xp, gy):
