@@ -10,13 +10,15 @@ from gpugrad.backend import default_device
 from gpugrad.backend.device import Device as device
 from gpugrad.creation import (arange, as_tensor, empty, from_numpy, full, full_like, ones, ones_like, rand, randint, randn,
                               tensor, zeros, zeros_like)
-from gpugrad.functional import cat, exp, log, logsumexp, matmul, maximum, minimum, stack, where
+from gpugrad.functional import POINTWISE as _POINTWISE, cat, logsumexp, matmul, maximum, minimum, stack, where
 from gpugrad.random import manual_seed
 from gpugrad._tensor import Tensor
 
 float16, float32, float64 = _np.float16, _np.float32, _np.float64
 int32, int64, bool_ = _np.int32, _np.int64, _np.bool_
 float, double, long = float32, float64, int64
+
+globals().update(_POINTWISE)  # the declared pointwise ops: gpugrad.exp, gpugrad.sin, gpugrad.relu, ...
 
 __version__ = "0.1.0"
 

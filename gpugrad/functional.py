@@ -1,6 +1,7 @@
 """Top-level functions (``gpugrad.cat``, ``gpugrad.where``, ...) for ops that are not one tensor's method."""
 from __future__ import annotations
 
+from gpugrad.ops.activation import POINTWISE_OPS
 from gpugrad.ops.arith import Where
 from gpugrad.ops.movement import Cat, Stack
 from gpugrad._tensor import Tensor, _index_array
@@ -38,14 +39,6 @@ def where(cond, a, b):
     return Where.apply(like._other(a), like._other(b), cond=_index_array(cond, like, "where"))
 
 
-def exp(x):
-    return x.exp()
-
-
-def log(x):
-    return x.log()
-
-
 def matmul(a, b):
     return a @ b
 
@@ -60,3 +53,17 @@ def minimum(a, b):
 
 def logsumexp(x, axis=-1, keepdims=False):
     return x.logsumexp(axis, keepdims)
+
+
+def _pointwise(name):
+    method = getattr(Tensor, name)
+
+    def f(input, *args, **kwargs):
+        return method(input, *args, **kwargs)
+
+    f.__name__, f.__doc__ = name, method.__doc__
+    return f
+
+
+POINTWISE = {n: _pointwise(n) for n, op in POINTWISE_OPS.items() if op.decl.top}  # gpugrad.sin, gpugrad.exp, ...
+globals().update(POINTWISE)

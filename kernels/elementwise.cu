@@ -7,66 +7,134 @@
 // fused activation backward + bias-gradient column sum.
 #include "common.cuh"
 
-// relu: y = max(x, 0) (NaN passes through, as torch); gx = y <= 0 ? 0 : gy, a select as torch's threshold_backward:
-// subgradient 0 at 0, an inf/NaN gy is dropped where y <= 0, a NaN y passes gy. Ops: relu, bias_act(relu).
-template <typename T> __device__ __forceinline__ T relu_fwd(T x) { return x < T(0) ? T(0) : x; }
-template <typename T> __device__ __forceinline__ T relu_bwd(T y, T gy) { return y <= T(0) ? T(0) : gy; }
+// One struct per pointwise op, pw::<op name> (gpugrad/ops/pointwise.py declares them, and generates the launchers,
+// the ElementwiseKernel strings and the template instantiations from that table): fwd(x, p0, p1) is y = f(x), and
+// bwd(s, g, p0, p1) is g * f'(x) from the value the op saves, s = x or s = y (named per struct). bwd is linear in g,
+// so the same function is the VJP (g = gy) and the JVP (g = the tangent). p0, p1 are the op's parameters
+// (leaky_relu's slope, softplus's beta and threshold), unused by the others. Their NumPy references are
+// backend/reference.py's <op>_fwd / <op>_bwd.
+
+namespace pw {  // (a namespace: struct sin beside the C library's sin() would be hidden by it)
+
+// y = x (the bias-only Linear, copy_, and gpugrad bench's vectorized-copy peak). Not an op of its own.
+struct identity {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return x; }
+    template <typename T> static __device__ __forceinline__ T bwd(T, T g, T, T) { return g; }
+};
+
+// relu: y = max(x, 0) (NaN passes through, as torch); g * f' is a select on the saved y, as torch's
+// threshold_backward: subgradient 0 at 0, an inf/NaN g is dropped where y <= 0, a NaN y passes g.
+struct relu {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return x < T(0) ? T(0) : x; }
+    template <typename T> static __device__ __forceinline__ T bwd(T y, T g, T, T) { return y <= T(0) ? T(0) : g; }
+};
 
 // gelu, tanh approximation (torch approximate='tanh'): y = x/2 * (1 + tanh(k (x + a x^3))), k = sqrt(2/pi),
-// a = 0.044715; gx = gy * (1/2 (1 + t) + x/2 (1 - t^2) k (1 + 3 a x^2)). Saves x (not y). Ops: gelu, bias_act.
-template <typename T> __device__ __forceinline__ T gelu_fwd(T x) {
-    const T k = T(0.7978845608028654), a = T(0.044715);
-    return T(0.5) * x * (T(1) + gg::tanh_(k * (x + a * x * x * x)));
-}
-template <typename T> __device__ __forceinline__ T gelu_bwd(T x, T gy) {
-    const T k = T(0.7978845608028654), a = T(0.044715);
-    const T x2 = x * x, t = gg::tanh_(k * (x + a * x2 * x));
-    return gy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x2));
-}
+// a = 0.044715; f' = 1/2 (1 + t) + x/2 (1 - t^2) k (1 + 3 a x^2). Saves x.
+struct gelu {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) {
+        const T k = T(0.7978845608028654), a = T(0.044715);
+        return T(0.5) * x * (T(1) + gg::tanh_(k * (x + a * x * x * x)));
+    }
+    template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T, T) {
+        const T k = T(0.7978845608028654), a = T(0.044715);
+        const T x2 = x * x, t = gg::tanh_(k * (x + a * x2 * x));
+        return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x2));
+    }
+};
 
-// sigmoid: y = 1 / (1 + exp(-x)) (exp overflow gives y = 0, no NaN); gx = gy * y * (1 - y). Saves y.
-template <typename T> __device__ __forceinline__ T sigmoid_fwd(T x) { return T(1) / (T(1) + gg::exp_(-x)); }
-template <typename T> __device__ __forceinline__ T sigmoid_bwd(T y, T gy) { return gy * y * (T(1) - y); }
+// sigmoid: y = 1 / (1 + exp(-x)) (exp overflow gives y = 0, no NaN); f' = y (1 - y). Saves y.
+struct sigmoid {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return T(1) / (T(1) + gg::exp_(-x)); }
+    template <typename T> static __device__ __forceinline__ T bwd(T y, T g, T, T) { return g * y * (T(1) - y); }
+};
 
-// tanh: y = tanh(x); gx = gy * (1 - y^2). Saves y.
-template <typename T> __device__ __forceinline__ T tanh_fwd(T x) { return gg::tanh_(x); }
-template <typename T> __device__ __forceinline__ T tanh_bwd(T y, T gy) { return gy * (T(1) - y * y); }
+// tanh: f' = 1 - y^2. Saves y.
+struct tanh {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return gg::tanh_(x); }
+    template <typename T> static __device__ __forceinline__ T bwd(T y, T g, T, T) { return g * (T(1) - y * y); }
+};
 
-// Activation ids shared with kernels.py ACT_IDS (template arguments of bias_act_bwd).
-enum { GG_ACT_IDENTITY = 0, GG_ACT_RELU = 1, GG_ACT_GELU = 2, GG_ACT_SIGMOID = 3, GG_ACT_TANH = 4 };
+// softplus(beta, threshold), as torch: y = x where beta x > threshold (log1p(exp(beta x)) / beta would round to x
+// there, or overflow), else log1p(exp(beta x)) / beta; f' = 1 there, else z / (z + 1) with z = exp(beta x). Saves x.
+struct softplus {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T beta, T threshold) {
+        return x * beta > threshold ? x : gg::log1p_(gg::exp_(x * beta)) / beta;
+    }
+    template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T beta, T threshold) {
+        const T z = gg::exp_(x * beta);
+        return x * beta > threshold ? g : g * z / (z + T(1));
+    }
+};
 
-template <int ACT, typename T> __device__ __forceinline__ T act_fwd(T z) {
-    if constexpr (ACT == GG_ACT_RELU) return relu_fwd(z);
-    else if constexpr (ACT == GG_ACT_GELU) return gelu_fwd(z);
-    else if constexpr (ACT == GG_ACT_SIGMOID) return sigmoid_fwd(z);
-    else if constexpr (ACT == GG_ACT_TANH) return tanh_fwd(z);
-    else return z;
-}
+// silu (swish): y = x sigmoid(x); f' = s (1 + x (1 - s)), s = sigmoid(x). Saves x.
+struct silu {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return x / (T(1) + gg::exp_(-x)); }
+    template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T, T) {
+        const T s = T(1) / (T(1) + gg::exp_(-x));
+        return g * s * (T(1) + x * (T(1) - s));
+    }
+};
 
-template <int ACT, typename T> __device__ __forceinline__ T act_bwd(T saved, T gy) {
-    if constexpr (ACT == GG_ACT_RELU) return relu_bwd(saved, gy);
-    else if constexpr (ACT == GG_ACT_GELU) return gelu_bwd(saved, gy);
-    else if constexpr (ACT == GG_ACT_SIGMOID) return sigmoid_bwd(saved, gy);
-    else if constexpr (ACT == GG_ACT_TANH) return tanh_bwd(saved, gy);
-    else return gy;
-}
+// leaky_relu(negative_slope): y = x > 0 ? x : slope x; f' = 1 or slope (slope at 0, as torch). Saves x.
+struct leaky_relu {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T slope, T) { return x > T(0) ? x : x * slope; }
+    template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T slope, T) {
+        return x > T(0) ? g : g * slope;
+    }
+};
 
-// bias_act backward, fused: gz = act'(saved) * gy (saved = z = x + b for gelu, y otherwise) and the bias gradient
+// elu(alpha): y = x > 0 ? x : alpha (e^x - 1) (expm1: exact near 0); f' = 1 or alpha e^x (alpha e^x at 0, as
+// torch). Saves x.
+struct elu {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T alpha, T) {
+        return x > T(0) ? x : alpha * gg::expm1_(x);
+    }
+    template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T alpha, T) {
+        return x > T(0) ? g : g * alpha * gg::exp_(x);
+    }
+};
+
+// sin, cos: f' = cos x, -sin x. Save x.
+struct sin {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return gg::sin_(x); }
+    template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T, T) { return g * gg::cos_(x); }
+};
+struct cos {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return gg::cos_(x); }
+    template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T, T) { return -g * gg::sin_(x); }
+};
+
+// log1p: y = log(1 + x), exact near 0; f' = 1 / (1 + x). Saves x.
+struct log1p {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return gg::log1p_(x); }
+    template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T, T) { return g / (T(1) + x); }
+};
+
+// expm1: y = e^x - 1, exact near 0; f' = e^x = y + 1. Saves y.
+struct expm1 {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return gg::expm1_(x); }
+    template <typename T> static __device__ __forceinline__ T bwd(T y, T g, T, T) { return g * (y + T(1)); }
+};
+
+}  // namespace pw
+
+// bias_act backward, fused: gz = act'(saved) * gy (saved = z = x + b for an act that saves x, y otherwise) and the bias gradient
 // partial[chunk, c] = sum of gz over this chunk's rows, in one pass (reads saved, gy; writes gz once).
 // T in {float, double}; saved/gy/gz C-contiguous (rows, cols), b broadcast over the last axis.
 // Launch: block (32, 8), grid (ceil(cols / 32), chunks), rows [chunk * rows_per_chunk, +rows_per_chunk);
 // chunks > 1 are added by sum_rows. Op: bias_act (Linear + activation) backward.
-template <typename T, int ACT>
+template <typename T, class ACT>
 __global__ void __launch_bounds__(256)
 bias_act_bwd(const T* __restrict__ saved, const T* __restrict__ gy, T* __restrict__ gz, T* __restrict__ partial,
-             long long rows, long long cols, long long rows_per_chunk) {
+             long long rows, long long cols, long long rows_per_chunk, double p0, double p1) {
     const auto [c, r0, r1] = gg::column_chunk(rows, rows_per_chunk);
     T acc = T(0);
     if (c < cols) {
 #pragma unroll 4
         for (long long r = r0 + threadIdx.y; r < r1; r += gg::COL_TILE_Y) {
             const long long i = r * cols + c;
-            const T g = act_bwd<ACT>(saved[i], gy[i]);
+            const T g = ACT::bwd(saved[i], gy[i], T(p0), T(p1));
             gz[i] = g;
             acc += g;
         }
@@ -97,25 +165,27 @@ struct PointwiseOp {
     static constexpr int kVecs = kVecs0 < 1 ? 1 : kVecs0 > 4 ? 4 : kVecs0;
 };
 
-// y = act(x); the identity activation is a plain copy (copy_, and gpugrad bench's vectorized-copy peak).
-template <typename T, int ACT> struct ActFwd : PointwiseOp<T, T, T, T, 1, 1> {
-    static __device__ __forceinline__ void apply(const T& x, const T&, T& y, T&, double, double) {
-        y = act_fwd<ACT>(x);
+// y = ACT::fwd(x); p0, p1 the op's parameters.
+template <typename T, class ACT> struct ActFwd : PointwiseOp<T, T, T, T, 1, 1> {
+    static __device__ __forceinline__ void apply(const T& x, const T&, T& y, T&, double p0, double p1) {
+        y = ACT::template fwd<T>(x, T(p0), T(p1));
     }
 };
 
-// gx = act'(saved) * gy.
-template <typename T, int ACT> struct ActBwd : PointwiseOp<T, T, T, T, 2, 1> {
-    static __device__ __forceinline__ void apply(const T& saved, const T& gy, T& gx, T&, double, double) {
-        gx = act_bwd<ACT>(saved, gy);
+// g * f' = ACT::bwd(saved, g): the VJP (g = gy) and the JVP (g = a tangent).
+template <typename T, class ACT> struct ActBwd : PointwiseOp<T, T, T, T, 2, 1> {
+    static __device__ __forceinline__ void apply(const T& saved, const T& g, T& gx, T&, double p0, double p1) {
+        gx = ACT::template bwd<T>(saved, g, T(p0), T(p1));
     }
 };
 
-// z = x + b (b broadcast over the last axis), y = act(z); z is written only for gelu, whose backward needs it.
-template <typename T, int ACT> struct BiasActFwd : PointwiseOp<T, T, T, T, 2, ACT == GG_ACT_GELU ? 2 : 1, true> {
-    static __device__ __forceinline__ void apply(const T& x, const T& b, T& y, T& z, double, double) {
+// z = x + b (b broadcast over the last axis), y = act(z); z is written only when the act's backward reads its input
+// (SAVES_X), for everything else the backward reads y.
+template <typename T, class ACT, bool SAVES_X>
+struct BiasActFwd : PointwiseOp<T, T, T, T, 2, SAVES_X ? 2 : 1, true> {
+    static __device__ __forceinline__ void apply(const T& x, const T& b, T& y, T& z, double p0, double p1) {
         z = x + b;
-        y = act_fwd<ACT>(z);
+        y = ACT::template fwd<T>(z, T(p0), T(p1));
     }
 };
 

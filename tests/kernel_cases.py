@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from gpugrad.backend import reference as ref
+from gpugrad.ops.declarations import ACTIVATIONS, KERNEL_OPS, POINTWISE as POINTWISE_DECLS
 
 ROWS = ((1, 1), (3, 31), (65, 33), (3, 1000), (1, 4097), (2, 8200), (0, 5), (3, 0))  # row kernels (rows, cols)
 COLUMNS = ((1, 1), (65, 33), (3, 1000), (300, 7), (1000, 3), (0, 5), (3, 0))  # several chunks and passes
@@ -98,31 +99,59 @@ def _targets(rng, rows, cols, invalid=False):
     return t
 
 
+def _sample(rng, dtype, shape, decl, kinks=None):
+    """Inputs of a declared pointwise op: in its [low, high], at least 0.05 from each kink (a wrong branch beyond
+    softplus's threshold must show, a subgradient at relu's 0 must not be a coin flip)."""
+    x = rng.uniform(decl.low, decl.high, shape)
+    for k in decl.kinks if kinks is None else kinks:
+        near = np.abs(x - k) < 0.05
+        x = np.where(near, k + np.where(x >= k, 0.05, -0.05) + (x - k), x)
+    return x.astype(dtype)
+
+
+# Parameters other than the defaults, and the kinks they move (softplus branches at threshold / beta).
+OTHER_PARAMS = {"softplus": ((2.0, 10.0), (5.0,)), "leaky_relu": ((0.2,), (0.0,)), "elu": ((0.5,), (0.0,))}
+
+
 def _activation_cases():
-    fwd = {"relu": ref.relu_fwd, "gelu": ref.gelu_fwd, "sigmoid": ref.sigmoid_fwd, "tanh": ref.tanh_fwd}
+    """<op>_fwd and <op>_bwd of every kernel op in ops/declarations.py, at its default parameters and others."""
     out = []
-    for act, f in fwd.items():
-        out.append(KernelCase(f"{act}_fwd", lambda r, d, s: ((_u(r, d, s),), {}), POINTWISE))
-        if act == "gelu":  # gelu saves its input
-            make = lambda r, d, s: ((_u(r, d, s), _n(r, d, s, 1.0)), {})
-        else:  # the others save their output
-            make = lambda r, d, s, f=f: ((f(np, _u(r, d, s)), _n(r, d, s, 1.0)), {})
-        out.append(KernelCase(f"{act}_bwd", make, POINTWISE, tolerance=GELU_TOLERANCE if act == "gelu" else None))
+    for d in KERNEL_OPS:
+        f = getattr(ref, f"{d.name}_fwd")
+        runs = [(d.defaults, d.kinks)] + ([OTHER_PARAMS[d.name]] if d.name in OTHER_PARAMS else [])
+        for params, kinks in runs:
+            variant = "" if params == d.defaults else ",".join(map(str, params))
+            out.append(KernelCase(f"{d.name}_fwd", lambda r, t, s, d=d, p=params, k=kinks: ((_sample(r, t, s, d, k),
+                                                                                               *p), {}),
+                                  POINTWISE, variant=variant, tolerance=GELU_TOLERANCE))
+
+            def make(r, t, s, d=d, f=f, p=params, k=kinks):
+                x = _sample(r, t, s, d, k)
+                return ((x if d.saves == "x" else f(np, x, *p)), _n(r, t, s, 1.0), *p), {}
+
+            out.append(KernelCase(f"{d.name}_bwd", make, POINTWISE, variant=variant, tolerance=GELU_TOLERANCE))
     return out
 
 
 def _bias_act_cases():
     out = []
-    for act in ("identity", "relu", "gelu", "sigmoid", "tanh"):
-        out.append(KernelCase("bias_act_fwd", lambda r, d, s, a=act: ((_u(r, d, s), _u(r, d, s[-1:]), a), {}),
-                              BIAS, variant=act))
+    for act in ACTIVATIONS:
+        d = POINTWISE_DECLS.get(act)
+        sample = (lambda r, t, s, d=d: _sample(r, t, s, d)) if d else _u
+        params = d.defaults if d else ()
 
-        def make_bwd(r, d, s, a=act):
-            _, saved = ref.bias_act_fwd(np, _u(r, d, s), _u(r, d, s[-1:]), a)
-            return (saved, _n(r, d, s, 1.0), a), {}
+        out.append(KernelCase("bias_act_fwd", lambda r, t, s, a=act, x=sample, p=params: (
+                                  (x(r, t, s), _u(r, t, s[-1:], 0, 0), a, *p), {}),
+                              BIAS, variant=act, tolerance=GELU_TOLERANCE))
+        out.append(KernelCase("bias_act_fwd", lambda r, t, s, a=act, p=params: ((_u(r, t, s), _u(r, t, s[-1:]), a, *p),
+                                                                                 {}),
+                              BIAS[:4], variant=act + ",bias", tolerance=GELU_TOLERANCE))
 
-        out.append(KernelCase("bias_act_bwd", make_bwd, BIAS, variant=act,
-                              tolerance=GELU_TOLERANCE if act == "gelu" else None))
+        def make_bwd(r, t, s, a=act, x=sample, p=params):
+            _, saved = ref.bias_act_fwd(np, x(r, t, s), _u(r, t, s[-1:], 0, 0), a, *p)
+            return (saved, _n(r, t, s, 1.0), a, *p), {}
+
+        out.append(KernelCase("bias_act_bwd", make_bwd, BIAS, variant=act, tolerance=GELU_TOLERANCE))
     return out
 
 

@@ -14,7 +14,9 @@ import numpy as np
 
 import gpugrad
 import gpugrad.nn.functional as F
+from gpugrad.backend import reference as R
 from gpugrad.ops.activation import Dropout
+from gpugrad.ops.declarations import ACTIVATIONS, POINTWISE
 from gpugrad.ops.convert import ToDevice
 
 
@@ -79,6 +81,48 @@ def np_xent(x, t):
     return np_logsumexp(x, -1) - x[np.arange(len(t)), t]
 
 
+# Every declared pointwise op (ops/declarations.py) gets its rows from the declaration: sampled in its range, away
+# from its kinks, at its default parameters and (ops with parameters) at others, against torch's function.
+NON_DEFAULT = {"softplus": (2.0, 10.0), "leaky_relu": (0.2,), "elu": (0.5,)}
+PARAM_KINKS = {"softplus": lambda beta, threshold: (threshold / beta,)}
+
+
+def _torch_pointwise(d, params):
+    def run(a):
+        torch = __import__("torch")
+        if d.name == "gelu":
+            return torch.nn.functional.gelu(a, approximate="tanh")
+        return getattr(torch.nn.functional if d.functional and not d.top else torch, d.name)(a, *params)
+    return run
+
+
+def _pointwise_rows():
+    rows = []
+    for d in POINTWISE.values():
+        for params in (d.defaults,) + ((NON_DEFAULT[d.name],) if d.name in NON_DEFAULT else ()):
+            kinks = PARAM_KINKS[d.name](*params) if d.name in PARAM_KINKS else d.kinks
+            ref = (lambda x, d=d, p=params: (getattr(R, f"{d.name}_fwd")(np, x, *p)) if d.kernel else d.f(np, x, *p))
+            rows.append(OpCase(d.name if params == d.defaults else f"{d.name}{params}",
+                               lambda a, d=d, p=params: getattr(a, d.name)(*p), ref,
+                               [((3, 4),), ((),), ((0, 5),)] if params == d.defaults else [((2, 5),)], op=d.name,
+                               low=d.low, high=d.high, avoid=kinks, torch_fn=_torch_pointwise(d, params),
+                               gpu_kernels=(f"{d.name}_fwd", f"{d.name}_bwd") if d.kernel else ()))
+    return rows
+
+
+def _bias_act_rows():
+    rows = []
+    for act in ACTIVATIONS[1:]:
+        d = POINTWISE[act]
+        rows.append(OpCase(f"bias_act_{act}", lambda x, b, a=act: F.bias_act(x, b, a),
+                           lambda x, b, d=d: getattr(R, f"{d.name}_fwd")(np, x + b, *d.defaults), [((2, 3, 4), (4,))],
+                           op="bias_act", low=d.low / 2, high=d.high / 2, avoid=d.kinks))
+    return rows
+
+
+POINTWISE_CASES, BIAS_ACT_CASES = _pointwise_rows(), _bias_act_rows()
+
+
 def _t(torch, a):
     return torch.as_tensor(a)
 
@@ -107,24 +151,10 @@ CASES = [
     OpCase("abs", lambda a: a.abs(), np.abs, [((3, 4),)], avoid=(0.0,), torch_fn=lambda a: a.abs()),
     OpCase("clamp", lambda a: a.clamp(-0.5, 0.7), lambda a: np.clip(a, -0.5, 0.7), [((3, 4),)], avoid=(-0.5, 0.7),
            torch_fn=lambda a: a.clamp(-0.5, 0.7)),
-    OpCase("exp", lambda a: a.exp(), np.exp, [((3, 4),), ((0,),)], torch_fn=lambda a: a.exp()),
-    OpCase("log", lambda a: a.log(), np.log, [((3, 4),)], low=0.2, high=3.0, torch_fn=lambda a: a.log()),
-    OpCase("sqrt", lambda a: a.sqrt(), np.sqrt, [((3, 4),)], low=0.2, high=3.0, torch_fn=lambda a: a.sqrt()),
-    # activations (kernels on CUDA)
-    OpCase("relu", lambda a: a.relu(), lambda a: np.maximum(a, 0), [((3, 4),), ((),), ((0, 5),), ((2, 3, 5),)],
-           avoid=(0.0,), torch_fn=lambda a: a.relu(), gpu_kernels=("relu_fwd", "relu_bwd")),
-    OpCase("gelu", lambda a: a.gelu(), np_gelu, [((3, 4),), ((7,),)], gpu_kernels=("gelu_fwd", "gelu_bwd"),
-           torch_fn=lambda a: __import__("torch").nn.functional.gelu(a, approximate="tanh")),
-    OpCase("sigmoid", lambda a: a.sigmoid(), np_sigmoid, [((3, 4),)], torch_fn=lambda a: a.sigmoid(),
-           gpu_kernels=("sigmoid_fwd", "sigmoid_bwd")),
-    OpCase("tanh", lambda a: a.tanh(), np.tanh, [((3, 4),)], torch_fn=lambda a: a.tanh(),
-           gpu_kernels=("tanh_fwd", "tanh_bwd")),
+    *POINTWISE_CASES,
     OpCase("bias_act", lambda x, b: F.bias_act(x, b, "relu"), lambda x, b: np.maximum(x + b, 0), [((5, 4), (4,))],
            avoid=(0.0,), gpu_kernels=("bias_act_fwd", "bias_act_bwd")),
-    OpCase("bias_act_gelu", lambda x, b: F.bias_act(x, b, "gelu"), lambda x, b: np_gelu(x + b), [((2, 3, 4), (4,))],
-           op="bias_act"),
-    OpCase("bias_act_tanh", lambda x, b: F.bias_act(x, b, "tanh"), lambda x, b: np.tanh(x + b), [((5, 4), (4,))],
-           op="bias_act"),
+    *BIAS_ACT_CASES,
     OpCase("dropout", lambda x: Dropout.apply(x, p=0.3, u=x._backend.asarray(U34, x.dtype)),
            lambda x: x * (U34 >= 0.3) / 0.7, [((3, 4),)], gpu_kernels=("dropout_fwd", "dropout_bwd")),
     OpCase("dropout_ties", lambda x: Dropout.apply(x, p=0.3, u=x._backend.asarray(U34_TIES, x.dtype)),

@@ -75,13 +75,13 @@ def test_pointwise_launchers_take_the_vectorized_kernel_for_contiguous_arrays(dt
     x = xp.asarray(np.linspace(-2, 2, 8 * 36, dtype=dtype).reshape(8, 36))
     ones = xp.ones((8, 36), dtype)
     runs = {  # launcher: (args; which are updated in place; the raw kernel; the ElementwiseKernel)
-        "gelu_fwd": ((x,), (), f"pointwise<ActFwd<{c}, 2>>", "gg_gelu_fwd"),
-        "relu_bwd": ((x, ones), (), f"pointwise<ActBwd<{c}, 1>>", "gg_relu_bwd"),
-        "bias_act_fwd": ((x, x[0], "relu"), (), f"pointwise<BiasActFwd<{c}, 1>>", "gg_bias_relu_fwd"),
+        "gelu_fwd": ((x,), (), f"pointwise<ActFwd<{c}, pw::gelu>>", "gg_gelu_fwd"),
+        "relu_bwd": ((x, ones), (), f"pointwise<ActBwd<{c}, pw::relu>>", "gg_relu_bwd"),
+        "bias_act_fwd": ((x, x[0], "relu"), (), f"pointwise<BiasActFwd<{c}, pw::relu, false>>", "gg_bias_relu_fwd"),
         "dropout_fwd": ((x, 0.25, ones * 0.5), (), f"pointwise<DropoutFwd<{c}, {c}>>", "gg_dropout_fwd"),
         "dropout_bwd": ((x, x > 0, 0.25), (), f"pointwise<DropoutBwd<{c}>>", "gg_dropout_bwd"),
         "accumulate_": ((ones, x), (0,), f"pointwise<Accumulate<{c}>>", "gg_accumulate_"),
-        "copy_": ((ones, x), (0,), f"pointwise<ActFwd<{c}, 0>>", "gg_copy_"),
+        "copy_": ((ones, x), (0,), f"pointwise<ActFwd<{c}, pw::identity>>", "gg_copy_"),
     }
     for name, (args, inplace, raw, ew) in runs.items():
         for layout, want in (("C", raw), ("offset", raw), ("strided", ew)):

@@ -205,13 +205,13 @@ def test_contiguous_arrays_take_the_vectorized_kernel(emu, dtype):
     c = kernels.CTYPES[np.dtype(dtype).name]
     x, gy = np.linspace(-2, 2, 4 * 33, dtype=dtype).reshape(4, 33), np.ones((4, 33), dtype)
     runs = {
-        "relu_fwd": ((x,), f"pointwise<ActFwd<{c}, 1>>", "gg_relu_fwd"),
-        "tanh_bwd": ((x, gy), f"pointwise<ActBwd<{c}, 4>>", "gg_tanh_bwd"),
-        "bias_act_fwd": ((x, x[0], "gelu"), f"pointwise<BiasActFwd<{c}, 2>>", "gg_bias_gelu_fwd"),
+        "relu_fwd": ((x,), f"pointwise<ActFwd<{c}, pw::relu>>", "gg_relu_fwd"),
+        "tanh_bwd": ((x, gy), f"pointwise<ActBwd<{c}, pw::tanh>>", "gg_tanh_bwd"),
+        "bias_act_fwd": ((x, x[0], "gelu"), f"pointwise<BiasActFwd<{c}, pw::gelu, true>>", "gg_bias_gelu_fwd"),
         "dropout_fwd": ((x, 0.5, gy), f"pointwise<DropoutFwd<{c}, {c}>>", "gg_dropout_fwd"),
         "dropout_bwd": ((gy, x > 0, 0.5), f"pointwise<DropoutBwd<{c}>>", "gg_dropout_bwd"),
         "accumulate_": ((gy.copy(), x), f"pointwise<Accumulate<{c}>>", "gg_accumulate_"),
-        "copy_": ((gy.copy(), x), f"pointwise<ActFwd<{c}, 0>>", "gg_copy_"),
+        "copy_": ((gy.copy(), x), f"pointwise<ActFwd<{c}, pw::identity>>", "gg_copy_"),
     }
     for name, (args, raw, ew) in runs.items():
         for layout, want in (("C", raw), ("offset", raw), ("strided", ew)):
@@ -328,16 +328,17 @@ def test_dropout_op_keeps_u_equal_to_p_and_p0_is_the_identity(dtype):
 
 # ---- static checks: run without the emulator ------------------------------------------------------------------
 _GLOBAL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
-_DEVICE_OP = re.compile(r"__device__\s+__forceinline__\s+\w+\s+(\w+_(?:fwd|bwd))\s*\(")
+_POINTWISE_STRUCT = re.compile(r"^struct (\w+) \{", re.M)
 
 
 def _scan_kernels():
-    """{'family:kernel'} for every __global__ and {'name'} for every <op>_fwd/_bwd device function."""
+    """{'family:kernel'} for every __global__ and {'name'} for every pw::<name> pointwise struct."""
     globals_, device_ops = set(), set()
     for path in sorted(kernels.kernel_dir().glob("*.cu")):
         text = path.read_text()
         globals_ |= {f"{path.stem}:{n}" for n in _GLOBAL.findall(text)}
-        device_ops |= set(_DEVICE_OP.findall(text))
+        if "namespace pw {" in text:
+            device_ops |= set(_POINTWISE_STRUCT.findall(text[text.index("namespace pw {"):text.index("}  // namespace pw")]))
     return globals_, device_ops
 
 
@@ -351,8 +352,8 @@ def test_every_kernel_has_a_launcher_reference_and_case():
         assert name in kernels.RAW_KERNELS[family], f"{g} missing from kernels.RAW_KERNELS (NVRTC check, RawModule)"
     ew_used = {u.removeprefix("ew:") for u in used if u.startswith("ew:")}
     ops = " ".join(kernels.ELEMENTWISE[k][2] for k in ew_used)
-    assert {d for d in device_ops if not re.search(rf"\b{d}\s*\(", ops)} - {"act_fwd", "act_bwd"} == set(), \
-        "device functions no ElementwiseKernel operation calls"
+    assert {d for d in device_ops if f"pw::{d}::" not in ops} == set(), \
+        "pointwise structs no ElementwiseKernel operation calls"
     assert set(kernels.ELEMENTWISE) - ew_used == set(), "ELEMENTWISE entries no launcher uses"
     cased = {c.name for c in CASES}
     for name in kernels.USES:
@@ -361,12 +362,13 @@ def test_every_kernel_has_a_launcher_reference_and_case():
         assert name in cased, f"no case for {name} in tests/kernel_cases.py"
 
 
-def test_raw_kernels_reach_the_activations_through_act_fwd_and_act_bwd():
-    """act_fwd / act_bwd are the only device functions not named in an operation: the raw kernels (pointwise<Op>,
-    bias_act_bwd) call every activation's forward and backward through them."""
-    text = (kernels.kernel_dir() / "elementwise.cu").read_text()
-    body = text[text.index("act_fwd(T z"):text.index("__global__")]
-    assert all(f"{a}_{d}(" in body for a in ("relu", "gelu", "sigmoid", "tanh") for d in ("fwd", "bwd"))
+def test_pointwise_structs_are_the_declared_kernel_ops():
+    """elementwise.cu's pw:: structs are exactly ops/declarations.py's kernel ops (and the identity), so a
+    declaration without its struct, or a struct without its declaration, fails here and not at a first launch."""
+    from gpugrad.ops.declarations import ACTIVATIONS
+
+    _, structs = _scan_kernels()
+    assert structs == set(ACTIVATIONS)
 
 
 def test_launch_constants_match_the_kernels():

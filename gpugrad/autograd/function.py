@@ -10,6 +10,7 @@ from __future__ import annotations
 import numbers
 import weakref
 
+from gpugrad.autograd import forward_ad as _forward_ad
 from gpugrad.autograd.anomaly import STATE as _ANOMALY, record as _record_stack
 from gpugrad.autograd.grad_mode import STATE
 from gpugrad.backend import backend_of, graphs as _graphs
@@ -174,6 +175,7 @@ def _shadow(array, ref):
 _tensor_type = None  # set by gpugrad._tensor (it imports this module, so it cannot be imported here)
 _make_tensor = None
 _NO_GRAD = [(False,) * n for n in range(8)]
+_FORWARD = _forward_ad.STATE
 
 
 class Op(Node):
@@ -187,6 +189,14 @@ class Op(Node):
     """
 
     double_backward = False
+    # A linear op's JVP is the op applied to the tangents (forward_ad._linear_jvp); others define
+    # ``jvp(self, xp, ins, out, ts)``: the output's tangent from the inputs ``ins``, the output ``out`` and the
+    # inputs' tangents ``ts`` (None where an input has none), as arrays, or as Tensors when xp is autograd.tensor_xp.
+    linear = False
+    # y's k-th element depends only on the inputs' k-th (broadcast) elements, so each input's Jacobian is diagonal
+    # and J_i t = VJP_i(t): the JVP is the sum of the VJPs of the tangents, with no formula of its own.
+    elementwise = False
+    batched_jvp = False  # the JVP also takes tangents with a leading axis of B directions (broadcasting formulas)
     changes_device = False
     _name = None
     saved = None
@@ -205,6 +215,8 @@ class Op(Node):
         # Some ops are named by case, as torch does (MmBackward0 vs DotBackward0): they set `_name`.
         return self._name or self.backward_name()
 
+    _params = {}  # the keyword arguments of apply
+
     def save_for_backward(self, *arrays):
         self.saved = arrays
 
@@ -214,6 +226,7 @@ class Op(Node):
         fn = cls.__new__(cls)
         if params:
             fn.__dict__.update(params)
+            fn._params = params
         Tensor = _tensor_type
         be = None
         record = False
@@ -252,6 +265,10 @@ class Op(Node):
         else:
             record = False
             fn.needs_input_grad = _NO_GRAD[len(args)] if len(args) < 8 else (False,) * len(args)
+        if _FORWARD.level is not None and not _FORWARD.paused:  # forward mode: save what the VJP reads of these too
+            fn.needs_input_grad = [n or getattr(a, "_fw_grad", None) is not None
+                                   for n, a in zip(fn.needs_input_grad, args)]
+        fn._be = be
         scope = be.device_scope  # CUDA: CuPy launches on the current device, so make the inputs' device current
         if scope is None:
             out = (getattr(fn, be.forward_name, None) or fn.forward)(be.xp, *datas)
@@ -273,7 +290,6 @@ class Op(Node):
             out = array
         result = _make_tensor(out, rbe)
         if record and out.dtype.kind == "f":  # an integer result (e.g. a cast to int64) carries no gradient
-            fn._be = be
             edges, meta = [], []
             for a in args:
                 if isinstance(a, Tensor):
@@ -290,6 +306,8 @@ class Op(Node):
                 _record_stack(fn)
             if fn.saved:
                 fn._bind_saved(args, datas, result)
+        if _FORWARD.level is not None and not _FORWARD.paused:
+            _forward_ad.propagate(fn, args, datas, result, params)
         return result
 
     def _bind_saved(self, args, datas, result):
@@ -365,6 +383,9 @@ class Op(Node):
             gxs = backward(self._be.xp, gy)
         else:
             backward = getattr(self, "backward_graph", None) or (self.backward if self.double_backward else None)
+            if backward is None and self.linear:  # the VJP of a linear op is linear: an op of its own (Transposed)
+                return tuple(Transposed.apply(gy, node=self, i=i) if n else None
+                             for i, n in enumerate(self.needs_input_grad))
             if backward is None:
                 raise RuntimeError(
                     f"{self.name()} does not support create_graph=True (higher-order gradients) yet; "
@@ -394,3 +415,45 @@ class Op(Node):
 
     def backward(self, xp, gy):
         raise NotImplementedError(f"{self.name()} has no backward")
+
+    def jvp(self, xp, ins, out, ts):
+        if not self.elementwise:
+            raise NotImplementedError(f"{self.name()} has no forward-mode derivative (jvp)")
+        total = None
+        for i, t in enumerate(ts):
+            if t is not None:
+                g = self.run_backward(t, create_graph=not isinstance(t, self._be.array_type))[i]
+                total = g if total is None else total + g
+        return total
+
+
+class Transposed(Op):
+    """The VJP of input ``i`` of a linear op ``node`` as an op of its own, so create_graph differentiates through it:
+    its forward is node's backward (gy -> the gradient of input i), and the transpose of that linear map is node's
+    forward, applied to g in slot i (zeros in the others).  Both are linear, so every order works."""
+    linear = changes_device = True
+
+    @classmethod
+    def backward_name(cls):
+        return "TransposedBackward0"
+
+    def forward(self, xp, gy):
+        backward = getattr(self.node, self.node._be.backward_name, None) or self.node.backward
+        gxs = backward(xp, gy)
+        return (gxs if isinstance(gxs, tuple) else (gxs,))[self.i]
+
+    def _slots(self, g, zeros):
+        return [g if j == self.i else (zeros(meta) if meta is not None else 0)
+                for j, meta in enumerate(self.node._in_meta)]
+
+    def backward(self, xp, g):
+        node = type(self.node).__new__(type(self.node))
+        node.__dict__.update(self.node.__dict__)  # its params and the shapes its forward worked out
+        node.saved, node.needs_input_grad = None, (False,) * len(self.node._in_meta)
+        fwd = getattr(node, self.node._be.forward_name, None) or node.forward
+        return fwd(self.node._be.xp, *self._slots(g, lambda m: self.node._be.xp.zeros(m[0], dtype=m[1])))
+
+    def backward_graph(self, xp, g):
+        be = self.node._be
+        return type(self.node).apply(*self._slots(g, lambda m: _make_tensor(be.xp.zeros(m[0], dtype=m[1]), be)),
+                                     **self.node._params)

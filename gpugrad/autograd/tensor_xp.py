@@ -117,6 +117,22 @@ def tanh(x):
     return x.tanh()
 
 
+def sin(x):
+    return x.sin()
+
+
+def cos(x):
+    return x.cos()
+
+
+def log1p(x):
+    return x.log1p()
+
+
+def expm1(x):
+    return x.expm1()
+
+
 def fit(gx, meta):
     """The engine's unbroadcast + cast, as differentiable ops."""
     shape, dtype = meta

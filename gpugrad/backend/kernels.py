@@ -22,11 +22,14 @@ import collections
 import contextlib
 import contextvars
 import functools
+import inspect
 import math
 import pathlib
 import re
 
+from gpugrad.backend import reference
 from gpugrad.backend.reference import REDUCTIONS, opmath_all
+from gpugrad.ops.declarations import ACTIVATIONS, KERNEL_OPS, POINTWISE
 
 CALLS: collections.Counter = collections.Counter()  # launcher name -> launches; proves the kernel path ran
 
@@ -99,7 +102,6 @@ def source(family: str) -> str:
 
 
 CTYPES = {"float32": "float", "float64": "double"}
-ACT_IDS = {"identity": 0, "relu": 1, "gelu": 2, "sigmoid": 3, "tanh": 4}  # = GG_ACT_* in elementwise.cu
 
 # Raw kernels per family; each is a template instantiated for float and double (bias_act_bwd also per activation).
 RAW_KERNELS = {
@@ -114,16 +116,21 @@ RAW_KERNELS = {
 INDEX_CTYPES = {"int32": "int", "int64": "long long"}
 
 
-def _expr(kernel: str, ctype: str, act: str | None = None) -> str:
-    return f"{kernel}<{ctype}, {ACT_IDS[act]}>" if act else f"{kernel}<{ctype}>"
+def _expr(kernel: str, ctype: str) -> str:
+    return f"{kernel}<{ctype}>"
 
 
-# The Op functors pointwise<Op> is instantiated for (elementwise.cu): every activation's forward (the identity is
-# copy_) and backward, bias + activation, dropout (randoms u in either float type) and accumulate_.
+def _saves_x(act):
+    return act in POINTWISE and POINTWISE[act].saves == "x"
+
+
+# The Op functors pointwise<Op> is instantiated for (elementwise.cu), all from ops/declarations.py: every pointwise
+# op's forward (the identity is copy_) and g * f', bias + activation, dropout (randoms u in either float type) and
+# accumulate_.
 POINTWISE_OPS = tuple(op for c in CTYPES.values() for op in (
-    *(f"ActFwd<{c}, {i}>" for i in ACT_IDS.values()),
-    *(f"ActBwd<{c}, {i}>" for a, i in ACT_IDS.items() if a != "identity"),
-    *(f"BiasActFwd<{c}, {i}>" for i in ACT_IDS.values()),
+    *(f"ActFwd<{c}, pw::{a}>" for a in ACTIVATIONS),
+    *(f"ActBwd<{c}, pw::{d.name}>" for d in KERNEL_OPS),
+    *(f"BiasActFwd<{c}, pw::{a}, {str(_saves_x(a)).lower()}>" for a in ACTIVATIONS),
     *(f"DropoutFwd<{c}, {u}>" for u in CTYPES.values()),
     f"DropoutBwd<{c}>", f"Accumulate<{c}>"))
 
@@ -131,30 +138,30 @@ POINTWISE_OPS = tuple(op for c in CTYPES.values() for op in (
 def _instantiations(kernel):
     if kernel == "pointwise":
         return [f"pointwise<{op}>" for op in POINTWISE_OPS]
-    acts = ACT_IDS if kernel == "bias_act_bwd" else (None,)
+    if kernel == "bias_act_bwd":
+        return [f"{kernel}<{c}, pw::{a}>" for c in CTYPES.values() for a in ACTIVATIONS]
     ctypes = INDEX_CTYPES if kernel == "check_index" else CTYPES
-    return [_expr(kernel, c, a) for c in ctypes.values() for a in acts]
+    return [f"{kernel}<{c}>" for c in ctypes.values()]
 
 
 # Every template instantiation the launchers use: CuPy's RawModule name_expressions and the NVRTC check.
 NAME_EXPRESSIONS = {fam: [e for k in ks for e in _instantiations(k)] for fam, ks in RAW_KERNELS.items()}
 
-# cupy.ElementwiseKernel specs (in_params, out_params, operation) over the device functions of elementwise.cu.
+
+def _bias_spec(a):
+    y = f"pw::{a}::fwd(z, p0, p1)"
+    if _saves_x(a):  # the backward reads z
+        return "T x, T b, T p0, T p1", "T y, T z", f"z = x + b; y = {y}"
+    return "T x, T b, T p0, T p1", "T y", f"T z = x + b; y = {y}"
+
+
+# cupy.ElementwiseKernel specs (in_params, out_params, operation) over the pw:: structs of elementwise.cu.
 # The NVRTC check compiles a wrapper kernel per entry from these same strings.
 ELEMENTWISE = {
-    "relu_fwd": ("T x", "T y", "y = relu_fwd(x)"),
-    "relu_bwd": ("T y, T gy", "T gx", "gx = relu_bwd(y, gy)"),
-    "gelu_fwd": ("T x", "T y", "y = gelu_fwd(x)"),
-    "gelu_bwd": ("T x, T gy", "T gx", "gx = gelu_bwd(x, gy)"),
-    "sigmoid_fwd": ("T x", "T y", "y = sigmoid_fwd(x)"),
-    "sigmoid_bwd": ("T y, T gy", "T gx", "gx = sigmoid_bwd(y, gy)"),
-    "tanh_fwd": ("T x", "T y", "y = tanh_fwd(x)"),
-    "tanh_bwd": ("T y, T gy", "T gx", "gx = tanh_bwd(y, gy)"),
-    "bias_identity_fwd": ("T x, T b", "T y", "y = x + b"),
-    "bias_relu_fwd": ("T x, T b", "T y", "y = relu_fwd(x + b)"),
-    "bias_gelu_fwd": ("T x, T b", "T y, T z", "z = x + b; y = gelu_fwd(z)"),  # gelu's backward needs z
-    "bias_sigmoid_fwd": ("T x, T b", "T y", "y = sigmoid_fwd(x + b)"),
-    "bias_tanh_fwd": ("T x, T b", "T y", "y = tanh_fwd(x + b)"),
+    **{k: v for d in KERNEL_OPS for k, v in (
+        (f"{d.name}_fwd", ("T x, T p0, T p1", "T y", f"y = pw::{d.name}::fwd(x, p0, p1)")),
+        (f"{d.name}_bwd", ("T s, T g, T p0, T p1", "T gx", f"gx = pw::{d.name}::bwd(s, g, p0, p1)")))},
+    **{f"bias_{a}_fwd": _bias_spec(a) for a in ACTIVATIONS},
     "dropout_fwd": ("T x, U u, U p, T scale", "T y, bool mask", "mask = u >= p; y = mask ? x * scale : T(0)"),
     "dropout_bwd": ("T gy, bool mask, T scale", "T gx", "gx = mask ? gy * scale : T(0)"),
     "accumulate_": ("T g", "T acc", "acc += g"),
@@ -164,9 +171,8 @@ ELEMENTWISE = {
 # launcher -> the kernels it launches ("family:kernel" raw, "ew:key" ELEMENTWISE); tests check both directions.
 USES = {
     # pointwise launchers: the vectorized raw kernel for contiguous arrays, the ElementwiseKernel for the rest
-    **{f"{a}_{d}": ("elementwise:pointwise", f"ew:{a}_{d}") for a in ("relu", "gelu", "sigmoid", "tanh")
-       for d in ("fwd", "bwd")},
-    "bias_act_fwd": ("elementwise:pointwise", *(f"ew:bias_{a}_fwd" for a in ACT_IDS)),
+    **{f"{d.name}_{e}": ("elementwise:pointwise", f"ew:{d.name}_{e}") for d in KERNEL_OPS for e in ("fwd", "bwd")},
+    "bias_act_fwd": ("elementwise:pointwise", *(f"ew:bias_{a}_fwd" for a in ACTIVATIONS)),
     "bias_act_bwd": ("elementwise:bias_act_bwd", "reduce:sum_rows"),
     "dropout_fwd": ("elementwise:pointwise", "ew:dropout_fwd"),
     "dropout_bwd": ("elementwise:pointwise", "ew:dropout_bwd"),
@@ -397,76 +403,71 @@ def _launch_pointwise(op, a, b, outs, cols=1, s0=0.0, s1=0.0, in_place=False):
     return y if len(outs) == 1 else tuple(outs)
 
 
-def _activation(name, *arrays):
-    """<act>_fwd (x) or <act>_bwd (saved, gy) -> a new array of their shape."""
-    ctype = _check_float(name, *arrays)
-    _check_shapes(name, arrays[0].shape, *arrays)
-    CALLS[name] += 1
-    if not _contiguous(*arrays):
-        return _ew(name)(*arrays)
-    act, direction = name.rsplit("_", 1)
-    op = f"{'ActFwd' if direction == 'fwd' else 'ActBwd'}<{ctype}, {ACT_IDS[act]}>"
-    y = runtime().empty(arrays[0].shape, arrays[0].dtype)
-    return _launch_pointwise(op, arrays[0], arrays[1] if len(arrays) > 1 else None, (y,))
+def _pointwise_launcher(op, direction):
+    """The launcher ``<op>_fwd(xp, x, *params)`` or ``<op>_bwd(xp, saved, g, *params)`` of a declared pointwise op."""
+    name = f"{op}_{direction}"
+    decl = POINTWISE[op]
+
+    def launch(xp, *args):
+        n = 1 if direction == "fwd" else 2
+        arrays, params = args[:n], args[n:]
+        if len(params) != len(decl.params):
+            raise TypeError(f"{name}: expected parameters {tuple(p for p, _ in decl.params)}, got {params}")
+        ctype = _check_float(name, *arrays)
+        _check_shapes(name, arrays[0].shape, *arrays)
+        CALLS[name] += 1
+        p0, p1 = (tuple(float(p) for p in params) + (0.0, 0.0))[:2]
+        if not _contiguous(*arrays):
+            t = arrays[0].dtype.type
+            return _ew(name)(*arrays, t(p0), t(p1))
+        functor = f"{'ActFwd' if direction == 'fwd' else 'ActBwd'}<{ctype}, pw::{op}>"
+        y = runtime().empty(arrays[0].shape, arrays[0].dtype)
+        return _launch_pointwise(functor, arrays[0], arrays[1] if n > 1 else None, (y,), s0=p0, s1=p1)
+
+    launch.__name__ = launch.__qualname__ = name
+    launch.__signature__ = inspect.signature(getattr(reference, name))
+    launch.__doc__ = f"{name}: the pw::{op} kernel of elementwise.cu (reference: backend/reference.py {name})."
+    return launch
 
 
-def relu_fwd(xp, x):
-    return _activation("relu_fwd", x)
+for _d in KERNEL_OPS:
+    for _direction in ("fwd", "bwd"):
+        globals()[f"{_d.name}_{_direction}"] = _pointwise_launcher(_d.name, _direction)
 
 
-def relu_bwd(xp, y, gy):
-    return _activation("relu_bwd", y, gy)
+def _check_act(name, act, params):
+    if act not in ACTIVATIONS:
+        raise ValueError(f"{name}: act must be one of {ACTIVATIONS}, got {act!r}")
+    want = POINTWISE[act].params if act in POINTWISE else ()
+    if len(params) != len(want):
+        raise TypeError(f"{name}: activation {act!r} takes parameters {tuple(p for p, _ in want)}, got {params}")
+    return (tuple(float(p) for p in params) + (0.0, 0.0))[:2]
 
 
-def gelu_fwd(xp, x):
-    return _activation("gelu_fwd", x)
-
-
-def gelu_bwd(xp, x, gy):
-    return _activation("gelu_bwd", x, gy)
-
-
-def sigmoid_fwd(xp, x):
-    return _activation("sigmoid_fwd", x)
-
-
-def sigmoid_bwd(xp, y, gy):
-    return _activation("sigmoid_bwd", y, gy)
-
-
-def tanh_fwd(xp, x):
-    return _activation("tanh_fwd", x)
-
-
-def tanh_bwd(xp, y, gy):
-    return _activation("tanh_bwd", y, gy)
-
-
-def _check_act(name, act):
-    if act not in ACT_IDS:
-        raise ValueError(f"{name}: act must be one of {tuple(ACT_IDS)}, got {act!r}")
-
-
-def bias_act_fwd(xp, x, b, act):
-    """(y, saved) with y = act(x + b), b (C,) broadcast over x's last axis; saved = z = x + b for gelu, else y."""
-    _check_act("bias_act_fwd", act)
+def bias_act_fwd(xp, x, b, act, *params):
+    """(y, saved) with y = act(x + b), b (C,) broadcast over x's last axis; saved = z = x + b for an act whose
+    backward reads its input, else y."""
+    p0, p1 = _check_act("bias_act_fwd", act, params)
     ctype = _check_float("bias_act_fwd", x, b)
     if x.ndim < 1 or b.shape != (x.shape[-1],):
         raise ValueError(f"bias_act_fwd: expected x (..., C) and b (C,), got {_describe([x, b])}")
     CALLS["bias_act_fwd"] += 1
+    saves_x = _saves_x(act)
     if _contiguous(x, b) and x.shape[-1] < 2**31:  # (the kernel's bias columns are 32-bit)
         rt = runtime()
         y = rt.empty(x.shape, x.dtype)
-        z = rt.empty(x.shape, x.dtype) if act == "gelu" else y
-        return _launch_pointwise(f"BiasActFwd<{ctype}, {ACT_IDS[act]}>", x, b, (y, z), cols=max(1, x.shape[-1]))
-    out = _ew(f"bias_{act}_fwd")(x, b)
-    return out if act == "gelu" else (out, out)
+        z = rt.empty(x.shape, x.dtype) if saves_x else y
+        return _launch_pointwise(f"BiasActFwd<{ctype}, pw::{act}, {str(saves_x).lower()}>", x, b, (y, z),
+                                 cols=max(1, x.shape[-1]), s0=p0, s1=p1)
+    t = x.dtype.type
+    out = _ew(f"bias_{act}_fwd")(x, b, t(p0), t(p1))
+    return out if saves_x else (out, out)
 
 
-def bias_act_bwd(xp, x_or_y, gy, act):
+def bias_act_bwd(xp, x_or_y, gy, act, *params):
     """(gz, gb): gz = dL/d(x + b) from what bias_act_fwd saved, gb = gz summed over all leading axes."""
     name = "bias_act_bwd"
-    _check_act(name, act)
+    p0, p1 = _check_act(name, act, params)
     ctype = _check_float(name, x_or_y, gy)
     _check_shapes(name, gy.shape, x_or_y)
     if gy.ndim < 1:
@@ -482,8 +483,8 @@ def bias_act_bwd(xp, x_or_y, gy, act):
     gy2 = rt.ascontiguousarray(gy).reshape(rows, cols)
     grid, per_chunk = _column_plan(rows, cols)
     partial, gb = _column_out(rt, grid, cols, gy.dtype)
-    rt.raw_kernel("elementwise", _expr(name, ctype, act))(
-        grid, (32, 8), (saved2, gy2, gz.reshape(rows, cols), partial, rows, cols, per_chunk))
+    rt.raw_kernel("elementwise", f"{name}<{ctype}, pw::{act}>")(
+        grid, (32, 8), (saved2, gy2, gz.reshape(rows, cols), partial, rows, cols, per_chunk, p0, p1))
     return gz, (gb if gb is not None else _column_sum(rt, partial))
 
 
@@ -540,7 +541,7 @@ def copy_(xp, dst, src):
     _check_shapes("copy_", dst.shape, src)
     CALLS["copy_"] += 1
     if _contiguous(dst, src):
-        _launch_pointwise(f"ActFwd<{ctype}, {ACT_IDS['identity']}>", src, None, (dst,))
+        _launch_pointwise(f"ActFwd<{ctype}, pw::identity>", src, None, (dst,))
     else:
         _ew("copy_")(src, dst)
     return dst

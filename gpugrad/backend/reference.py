@@ -105,7 +105,10 @@ def _s(x, value):
     return x.dtype.type(value)
 
 
-# ---- elementwise ----------------------------------------------------------------------------------------------
+# ---- elementwise: the pointwise ops of ops/declarations.py ----------------------------------------------------
+# <op>_fwd(xp, x, *params) = f(x); <op>_bwd(xp, saved, g, *params) = g * f'(x) from what the op saves (x or y):
+# the VJP with g = gy, the JVP with g = a tangent. Written against xp so the double backward can run the same formula
+# on Tensors (autograd/tensor_xp.py). Each mirrors its pw:: struct in kernels/elementwise.cu.
 def relu_fwd(xp, x):
     return xp.maximum(x, _s(x, 0))  # NaN passes through, as torch.relu
 
@@ -113,8 +116,10 @@ def relu_fwd(xp, x):
 def relu_bwd(xp, y, gy):
     # gx = 0 where y <= 0 (subgradient 0 at 0), else gy, as torch's threshold_backward and the kernel: a select, so
     # an inf/NaN gy is dropped where y <= 0 and a NaN y passes gy (gy * (y > 0) would give NaN, then 0).
-    # NOTE: a bit mask, not xp.where, which is ~6x slower in NumPy: all-ones where gy is kept, zeros (+0.0) where
-    # not, ANDed into gy's bits; ~1.1x the time of the product (benchmarks: 512x1024 float32).
+    if xp is not np:
+        return xp.where(y <= 0, 0, gy)
+    # NOTE: a bit mask, not np.where, which is ~6x slower: all-ones where gy is kept, zeros (+0.0) where not, ANDed
+    # into gy's bits; ~1.1x the time of the product (benchmarks: 512x1024 float32).
     bits = _BITS[gy.dtype.itemsize]
     mask = xp.asarray(xp.subtract(y <= 0, 1, dtype=bits))  # 0 - 1 = all ones where y > 0 or NaN, 1 - 1 = 0 where
     # y <= 0 (asarray: a 0-d y gives a NumPy scalar)
@@ -151,22 +156,104 @@ def tanh_bwd(xp, y, gy):
     return gy * (1 - y * y)
 
 
-_ACT_FWD = {"identity": lambda xp, z: z, "relu": relu_fwd, "gelu": gelu_fwd, "sigmoid": sigmoid_fwd, "tanh": tanh_fwd}
-_ACT_BWD = {"identity": lambda xp, s, gy: gy.copy(), "relu": relu_bwd, "gelu": gelu_bwd, "sigmoid": sigmoid_bwd,
-            "tanh": tanh_bwd}
+def softplus_fwd(xp, x, beta, threshold):
+    with _quiet(xp):  # exp overflows on the branch where() does not take
+        return xp.where(x * beta > threshold, x, xp.log1p(xp.exp(x * beta)) / beta)
 
 
-def bias_act_fwd(xp, x, b, act):
-    """(y, saved): y = act(x + b); saved = z = x + b for gelu (its derivative needs the input), else y."""
+def softplus_bwd(xp, x, g, beta, threshold):
+    with _quiet(xp):
+        z = xp.exp(x * beta)
+        return xp.where(x * beta > threshold, g, g * z / (z + 1))
+
+
+def silu_fwd(xp, x):
+    with _quiet(xp):
+        return x / (1 + xp.exp(-x))
+
+
+def silu_bwd(xp, x, g):
+    s = sigmoid_fwd(xp, x)
+    return g * s * (1 + x * (1 - s))
+
+
+def leaky_relu_fwd(xp, x, negative_slope):
+    return xp.where(x > 0, x, x * negative_slope)
+
+
+def leaky_relu_bwd(xp, x, g, negative_slope):
+    return xp.where(x > 0, g, g * negative_slope)
+
+
+def elu_fwd(xp, x, alpha):
+    with _quiet(xp):
+        return xp.where(x > 0, x, xp.expm1(x) * alpha)
+
+
+def elu_bwd(xp, x, g, alpha):
+    with _quiet(xp):
+        return xp.where(x > 0, g, g * alpha * xp.exp(x))
+
+
+def sin_fwd(xp, x):
+    return xp.sin(x)
+
+
+def sin_bwd(xp, x, g):
+    return g * xp.cos(x)
+
+
+def cos_fwd(xp, x):
+    return xp.cos(x)
+
+
+def cos_bwd(xp, x, g):
+    return -g * xp.sin(x)
+
+
+def log1p_fwd(xp, x):
+    with _quiet(xp):
+        return xp.log1p(x)
+
+
+def log1p_bwd(xp, x, g):
+    return g / (1 + x)
+
+
+def expm1_fwd(xp, x):
+    with _quiet(xp):
+        return xp.expm1(x)
+
+
+def expm1_bwd(xp, y, g):
+    return g * (y + 1)
+
+
+def identity_fwd(xp, z):
+    return z
+
+
+def identity_bwd(xp, s, gy):
+    return gy.copy()
+
+
+def bias_act_fwd(xp, x, b, act, *params):
+    """(y, saved): y = act(x + b); saved = z = x + b for an act whose g * f' reads its input, else y."""
     z = x + b
-    y = _ACT_FWD[act](xp, z)
-    return (y, z) if act == "gelu" else (y, y)
+    y = globals()[f"{act}_fwd"](xp, z, *params)
+    return (y, z) if _saves_x(act) else (y, y)
 
 
-def bias_act_bwd(xp, x_or_y, gy, act):
+def bias_act_bwd(xp, x_or_y, gy, act, *params):
     """(gz, gb): gz = dL/dz from the saved value, gb = gz summed over every axis but the last."""
-    gz = _ACT_BWD[act](xp, x_or_y, gy)
+    gz = globals()[f"{act}_bwd"](xp, x_or_y, gy, *params)
     return gz, gz.reshape(math.prod(gz.shape[:-1]), gz.shape[-1]).sum(axis=0)
+
+
+def _saves_x(act):
+    from gpugrad.ops.declarations import POINTWISE
+
+    return act in POINTWISE and POINTWISE[act].saves == "x"
 
 
 def _dropout_scale(p):

@@ -122,7 +122,6 @@ class KernelCase:
         return self.label or self.name
 
 
-_GELU_K, _GELU_A = 0.7978845608028654, 0.044715
 _P_DROP = 0.1
 
 
@@ -135,18 +134,14 @@ def _fwd_then(fwd):
     return lambda xp, s: (getattr(reference, fwd)(xp, s.normal(0)), s.normal(1))
 
 
-def _gelu_base(xp, x):
-    return 0.5 * x * (1 + xp.tanh(_GELU_K * (x + _GELU_A * x * x * x)))
-
-
-def _gelu_bwd_base(xp, x, gy):
-    t = xp.tanh(_GELU_K * (x + _GELU_A * x * x * x))
-    return gy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _GELU_K * (1 + 3 * _GELU_A * x * x))
+def _ref(name):
+    """The NumPy baseline of a pointwise kernel is its reference (backend/reference.py): the formula is written
+    once (ops/declarations.py), and the ratio then measures only what gpugrad adds around it."""
+    return lambda xp, *args: getattr(reference, name)(xp, *args)
 
 
 def _relu_bias_bwd_base(xp, y, gy, act):
-    gz = gy * (y > 0)
-    return gz, gz.sum(axis=0)
+    return reference.bias_act_bwd(xp, y, gy, act)
 
 
 def _lse_base(xp, x):
@@ -268,18 +263,18 @@ def _adam_torch(th, p, g, m, v, step, lr, beta1, beta2, eps, *_):
 
 
 KERNELS = (
-    KernelCase("relu_fwd", "elementwise", _x, lambda xp, x: xp.maximum(x, 0), lambda th, x: th.relu(x)),
-    KernelCase("relu_bwd", "elementwise", _fwd_then("relu_fwd"), lambda xp, y, gy: gy * (y > 0),
+    KernelCase("relu_fwd", "elementwise", _x, _ref("relu_fwd"), lambda th, x: th.relu(x)),
+    KernelCase("relu_bwd", "elementwise", _fwd_then("relu_fwd"), _ref("relu_bwd"),
                lambda th, y, gy: th.ops.aten.threshold_backward(gy, y, 0)),
-    KernelCase("gelu_fwd", "elementwise", _x, _gelu_base,
+    KernelCase("gelu_fwd", "elementwise", _x, _ref("gelu_fwd"),
                lambda th, x: th.nn.functional.gelu(x, approximate="tanh")),
-    KernelCase("gelu_bwd", "elementwise", lambda xp, s: (s.normal(0), s.normal(1)), _gelu_bwd_base,
+    KernelCase("gelu_bwd", "elementwise", lambda xp, s: (s.normal(0), s.normal(1)), _ref("gelu_bwd"),
                lambda th, x, gy: th.ops.aten.gelu_backward(gy, x, approximate="tanh")),
-    KernelCase("sigmoid_fwd", "elementwise", _x, lambda xp, x: 1 / (1 + xp.exp(-x)), lambda th, x: th.sigmoid(x)),
-    KernelCase("sigmoid_bwd", "elementwise", _fwd_then("sigmoid_fwd"), lambda xp, y, gy: gy * y * (1 - y),
+    KernelCase("sigmoid_fwd", "elementwise", _x, _ref("sigmoid_fwd"), lambda th, x: th.sigmoid(x)),
+    KernelCase("sigmoid_bwd", "elementwise", _fwd_then("sigmoid_fwd"), _ref("sigmoid_bwd"),
                lambda th, y, gy: th.ops.aten.sigmoid_backward(gy, y)),
-    KernelCase("tanh_fwd", "elementwise", _x, lambda xp, x: xp.tanh(x), lambda th, x: th.tanh(x)),
-    KernelCase("tanh_bwd", "elementwise", _fwd_then("tanh_fwd"), lambda xp, y, gy: gy * (1 - y * y),
+    KernelCase("tanh_fwd", "elementwise", _x, _ref("tanh_fwd"), lambda th, x: th.tanh(x)),
+    KernelCase("tanh_bwd", "elementwise", _fwd_then("tanh_fwd"), _ref("tanh_bwd"),
                lambda th, y, gy: th.ops.aten.tanh_backward(gy, y)),
     KernelCase("bias_act_fwd", "elementwise", lambda xp, s: (s.normal(0), s.vector(0), "relu"),
                lambda xp, x, b, act: xp.maximum(x + b, 0), lambda th, x, b, act: th.relu(x + b),
@@ -581,13 +576,13 @@ def _F():
 
 OPS = (
     OpCase("relu", "elementwise", _x, lambda x: x.relu(), lambda th, x: th.relu(x),
-           _unary_base(lambda xp, x: xp.maximum(x, 0), lambda xp, x, y, gy: gy * (y > 0))),
+           _unary_base(_ref("relu_fwd"), lambda xp, x, y, gy: reference.relu_bwd(xp, y, gy))),
     OpCase("gelu", "elementwise", _x, lambda x: x.gelu(), lambda th, x: th.nn.functional.gelu(x, approximate="tanh"),
-           _unary_base(_gelu_base, lambda xp, x, y, gy: _gelu_bwd_base(xp, x, gy))),
+           _unary_base(_ref("gelu_fwd"), lambda xp, x, y, gy: reference.gelu_bwd(xp, x, gy))),
     OpCase("sigmoid", "elementwise", _x, lambda x: x.sigmoid(), lambda th, x: th.sigmoid(x),
-           _unary_base(lambda xp, x: 1 / (1 + xp.exp(-x)), lambda xp, x, y, gy: gy * y * (1 - y))),
+           _unary_base(_ref("sigmoid_fwd"), lambda xp, x, y, gy: reference.sigmoid_bwd(xp, y, gy))),
     OpCase("tanh", "elementwise", _x, lambda x: x.tanh(), lambda th, x: th.tanh(x),
-           _unary_base(lambda xp, x: xp.tanh(x), lambda xp, x, y, gy: gy * (1 - y * y))),
+           _unary_base(_ref("tanh_fwd"), lambda xp, x, y, gy: reference.tanh_bwd(xp, y, gy))),
     OpCase("bias_act[relu]", "elementwise", lambda xp, s: (s.normal(0), s.vector(0)),
            lambda x, b: _F().bias_act(x, b, "relu"), lambda th, x, b: th.relu(x + b),
            lambda xp, x, b, gy: (lambda y: (y, None if gy is None else _relu_bias_bwd_base(xp, y, gy, "relu")))(

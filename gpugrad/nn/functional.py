@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from math import prod as _prod
 
-from gpugrad.ops.activation import BiasAct, Dropout
+from gpugrad.ops.activation import POINTWISE_OPS, BiasAct, Dropout
+from gpugrad.ops.declarations import ACTIVATIONS
 from gpugrad.ops.loss import CrossEntropy, TokenLogProb
 from gpugrad.ops.matmul import Linear
 from gpugrad.ops.norm import Embedding as _Embedding, LayerNorm as _LayerNorm
@@ -13,25 +14,26 @@ from gpugrad.backend import on
 from gpugrad.random import generator
 from gpugrad._tensor import Tensor, _index_array
 
-ACTIVATIONS = ("relu", "gelu", "sigmoid", "tanh", "identity")
 
 
-def relu(x):
-    return x.relu()
+def _activation(name):
+    """F.<name>(input, *params, inplace=False), generated from the op's declaration (ops/declarations.py)."""
+    method, in_place = getattr(Tensor, name), getattr(Tensor, name + "_")
+
+    def f(input, *args, inplace=False, **kwargs):
+        return (in_place if inplace else method)(input, *args, **kwargs)
+
+    f.__name__, f.__doc__ = name, method.__doc__
+    return f
+
+
+globals().update({n: _activation(n) for n, op in POINTWISE_OPS.items() if op.decl.functional and n != "gelu"})
 
 
 def gelu(x, approximate="tanh"):
     if approximate != "tanh":
         raise NotImplementedError("gelu: only approximate='tanh' is implemented")
     return x.gelu()
-
-
-def sigmoid(x):
-    return x.sigmoid()
-
-
-def tanh(x):
-    return x.tanh()
 
 
 def softmax(x, axis=-1):
@@ -51,13 +53,16 @@ def linear(x, weight, bias=None):
     return Linear.apply(x, weight, bias) if bias is not None else Linear.apply(x, weight)
 
 
-def bias_act(x, bias, activation="relu"):
-    """act(x + bias) in one fused pass, bias broadcast along the last axis."""
+def bias_act(x, bias, activation="relu", *params):
+    """act(x + bias) in one fused pass, bias broadcast along the last axis; ``params`` are the activation's
+    (leaky_relu's slope, ...), its defaults if not given."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"bias_act: activation must be one of {ACTIVATIONS}, got {activation!r}")
     if bias.shape != x.shape[-1:]:
         raise ValueError(f"bias_act: bias of shape {bias.shape} does not match the last axis of x {x.shape}")
-    return BiasAct.apply(x, bias, act=activation)
+    decl = POINTWISE_OPS[activation].decl if activation != "identity" else None
+    params = tuple(params) or (decl.defaults if decl else ())
+    return BiasAct.apply(x, bias, act=activation, params=params)
 
 
 def dropout(x, p=0.5, training=True):

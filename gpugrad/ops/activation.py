@@ -2,66 +2,60 @@
 (``backend/reference.py``) and the kernel itself on CUDA (``backend/kernels.py``): same names, same contract."""
 from __future__ import annotations
 
+from gpugrad.autograd import tensor_xp
+from gpugrad.backend import reference as R
 from gpugrad.ops import register
+from gpugrad.ops.declarations import POINTWISE
 from gpugrad.ops.kernel_op import KernelOp
 
 
-class _Pointwise(KernelOp):
-    """y = f(x) with a VJP that reads the saved output y (``uses="y"``) or the input x (``uses="x"``)."""
+class PointwiseOp(KernelOp):
+    """y = f(x) for a row of ``ops/declarations.py`` (``decl``).  Its one derivative formula g * f' (the ``*_bwd``
+    kernel on CUDA, its reference on the CPU, ``decl.df`` for kernel-less ops) gives the VJP (g = gy), the JVP
+    (g = the tangent) and, run on Tensors, the double backward."""
 
-    fwd = bwd = None  # kernel names: "relu_fwd", "relu_bwd"
-    uses = "y"
+    decl = None
+
+    @classmethod
+    def make(cls, decl):
+        op = type(decl.camel, (cls,), {"decl": decl, "__doc__": f"{decl.name}: see ops/declarations.py.",
+                                       "__module__": __name__,
+                                       "formula": f"gx = gy * {decl.name}'(x), from the saved {decl.saves}"})
+        if decl.node:
+            op.backward_name = classmethod(lambda c: decl.node)
+        return register(decl.name)(op)
+
+    def _args(self):
+        return tuple(getattr(self, p, d) for p, d in self.decl.params)
+
+    def _f(self, impl, xp, x):
+        d = self.decl
+        return getattr(impl, f"{d.name}_fwd")(xp, x, *self._args()) if d.kernel else d.f(xp, x, *self._args())
+
+    def _df(self, impl, xp, s, g):
+        d = self.decl
+        return getattr(impl, f"{d.name}_bwd")(xp, s, g, *self._args()) if d.kernel else d.df(xp, s, g, *self._args())
 
     def _fwd(self, impl, xp, x):
-        y = getattr(impl, self.fwd)(xp, x)
-        self.save_for_backward(y if self.uses == "y" else x)
+        y = self._f(impl, xp, x)
+        self.save_for_backward(x if self.decl.saves == "x" else y)
         return y
 
     def _bwd(self, impl, xp, gy):
-        return getattr(impl, self.bwd)(xp, self.saved[0], gy)
-
-
-@register("relu")
-class Relu(_Pointwise):
-    """y = max(x, 0).  VJP: gx = 0 where y <= 0, else gy (a select: an inf/NaN gy there gives 0, as torch);
-    subgradient 0 at x == 0."""
-    fwd, bwd = "relu_fwd", "relu_bwd"
-
-    def backward_graph(self, xp, gy):  # torch's threshold_backward(gy, y, 0) depends on y (derivative 0)
-        return xp.depends(xp.where(self.saved[0] <= 0, 0, gy), self.saved[0])
-
-
-@register("gelu")
-class Gelu(_Pointwise):
-    """GELU, tanh approximation (torch's approximate='tanh').  VJP from the saved input x:
-    gx = gy * (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)), t = tanh(k (x + a x^3))."""
-    fwd, bwd, uses = "gelu_fwd", "gelu_bwd", "x"
+        return self._df(impl, xp, self.saved[0], gy)
 
     def backward_graph(self, xp, gy):
-        x = self.saved[0]
-        k, a = 0.7978845608028654, 0.044715  # sqrt(2 / pi); the cubic coefficient
-        t = (k * (x + a * x * x * x)).tanh()
-        return gy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * a * x * x))
+        s = self.saved[0]
+        gx = self._df(R, xp, s, gy)
+        # A select (relu, leaky_relu at 0) reads s only through a comparison: torch's result still depends on s
+        # (with derivative 0), so it requires grad.
+        return xp.depends(gx, s) if s.requires_grad and not gx.requires_grad else gx
+
+    def _jvp(self, impl, xp, ins, out, ts):
+        return self._df(impl, xp, ins[0] if self.decl.saves == "x" else out, ts[0])
 
 
-@register("sigmoid")
-class Sigmoid(_Pointwise):
-    """y = 1 / (1 + e^-x).  VJP: gx = gy * y * (1 - y)."""
-    fwd, bwd = "sigmoid_fwd", "sigmoid_bwd"
-
-    def backward_graph(self, xp, gy):
-        y = self.saved[0]
-        return gy * y * (1 - y)
-
-
-@register("tanh")
-class Tanh(_Pointwise):
-    """y = tanh x.  VJP: gx = gy * (1 - y^2)."""
-    fwd, bwd = "tanh_fwd", "tanh_bwd"
-
-    def backward_graph(self, xp, gy):
-        y = self.saved[0]
-        return gy * (1 - y * y)
+POINTWISE_OPS = {name: PointwiseOp.make(d) for name, d in POINTWISE.items()}
 
 
 @register("bias_act")
@@ -69,15 +63,39 @@ class BiasAct(KernelOp):
     """y = act(x + b), b broadcast along the last axis: one pass instead of two (fused kernel on CUDA).
 
     VJP: gz = act'(.) * gy; gx = gz; gb = gz summed over the leading axes (the bias gradient kernel on CUDA).
+    JVP: act'(.) * (tx + tb), the same g * f' kernel.  x and b are kept too (copied if changed in place, as they are
+    only read by a double backward, which recomputes z = x + b on Tensors).
     """
+    params = ()
+    private_saved = (1, 2)
 
     def _fwd(self, impl, xp, x, b):
-        y, saved = impl.bias_act_fwd(xp, x, b, self.act)
-        self.save_for_backward(saved)
+        y, saved = impl.bias_act_fwd(xp, x, b, self.act, *self.params)
+        self.save_for_backward(saved, x, b)
         return y
 
     def _bwd(self, impl, xp, gy):
-        return impl.bias_act_bwd(xp, self.saved[0], gy, self.act)
+        return impl.bias_act_bwd(xp, self.saved[0], gy, self.act, *self.params)
+
+    def _g_df(self, impl, xp, s, g):
+        return g if self.act == "identity" else getattr(impl, f"{self.act}_bwd")(xp, s, g, *self.params)
+
+    def backward_graph(self, xp, gy):
+        saved, x, b = self.saved
+        s = x + b if R._saves_x(self.act) else saved  # saved is then this node's output y
+        gz = self._g_df(R, xp, s, gy)
+        if s.requires_grad and not gz.requires_grad:
+            gz = xp.depends(gz, s)
+        return gz, gz.sum(axis=tuple(range(gz.ndim - 1)))
+
+    def _jvp(self, impl, xp, ins, out, ts):
+        x, b = ins[:2]
+        tz = ts[0] if ts[1] is None else ts[1] if ts[0] is None else ts[0] + ts[1]
+        if not R._saves_x(self.act):
+            s = out
+        else:  # z = x + b: what forward saved, or recomputed with recorded ops on Tensors
+            s = x + b if xp is tensor_xp else self.saved[0]
+        return self._g_df(impl, xp, s, tz)
 
 
 @register("dropout")
@@ -95,3 +113,9 @@ class Dropout(KernelOp):
 
     def _bwd(self, impl, xp, gy):
         return impl.dropout_bwd(xp, gy, self.saved[0], self.p)
+
+    def backward_graph(self, xp, gy):  # linear in gy, with the saved mask
+        return R.dropout_bwd(xp, gy, self.saved[0], self.p)
+
+    def _jvp(self, impl, xp, ins, out, ts):
+        return impl.dropout_bwd(xp, ts[0], self.saved[0], self.p)

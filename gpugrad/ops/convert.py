@@ -9,6 +9,7 @@ from gpugrad.ops import register
 @register("cast")
 class Cast(Op):
     """y = x.astype(dtype).  VJP: gy cast back (the engine casts every gradient to its input's dtype)."""
+    linear = True
     double_backward = True
     _name = "ToCopyBackward0"
 
@@ -22,6 +23,7 @@ class Cast(Op):
 @register("to_device")
 class ToDevice(Op):
     """y = x copied to another device.  VJP: gy copied back to x's device."""
+    linear = True
     changes_device = True
     _name = "ToCopyBackward0"
 
@@ -39,6 +41,7 @@ def _move(array, source, target):
 @register("clone")
 class Copy(Op):
     """y = a copy of x in a fresh buffer.  VJP: gx = gy.  CloneBackward0 as in torch."""
+    linear = True
     double_backward = True
     _name = "CloneBackward0"
 
@@ -52,6 +55,7 @@ class Copy(Op):
 @register("index_place")
 class IndexPlace(Op):
     """y = zeros(shape) with y[key] = value (the value side of ``t[key] = value``).  VJP: gvalue = gy[key]."""
+    linear = True
     _name = "IndexPutBackward0"
 
     def forward(self, xp, value):
@@ -77,6 +81,7 @@ class AsView(Op):
     """y = view_fn(x): a view of x re-derived after x was changed in place (basic slices, reshapes, transposes and
     expands; ``view_fn`` maps an array to the view).  VJP: gx = zeros with gy written into the view, or added where
     the view repeats elements (an expand)."""
+    linear = True
     _name = "AsStridedBackward0"
 
     def forward(self, xp, x):
@@ -98,6 +103,7 @@ class AsView(Op):
 class CopySlices(Op):
     """y = base with its region ``view_fn(base)`` replaced by value: an in-place op on a view, as a graph node
     of the base (torch's CopySlices).  VJP: gbase = gy with that region zeroed; gvalue = gy's region."""
+    linear = True
     _name = "CopySlices"
 
     def forward(self, xp, base, value):
@@ -121,6 +127,7 @@ class Overwrite(Op):
 
     VJP: gold = 0, a constant: the replaced values get a zero gradient and, under create_graph, no edge into their
     history (a second-order pass never reaches it); gsrc = gy (the engine sums and casts it back to src)."""
+    linear = True
     double_backward = True
     _name = "CopyBackwards"
 

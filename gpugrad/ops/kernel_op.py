@@ -25,8 +25,17 @@ class KernelOp(Op):
     def backward_cuda(self, xp, gy):
         return self._bwd(K, xp, gy)
 
+    def jvp(self, xp, ins, out, ts):  # on the CPU, or on Tensors (xp = autograd.tensor_xp): the references
+        return self._jvp(R, xp, ins, out, ts)
+
+    def jvp_cuda(self, xp, ins, out, ts):
+        return self._jvp(K, xp, ins, out, ts)
+
     def _fwd(self, impl, xp, *inputs):
         raise NotImplementedError
 
     def _bwd(self, impl, xp, gy):
         raise NotImplementedError
+
+    def _jvp(self, impl, xp, ins, out, ts):
+        return Op.jvp(self, xp, ins, out, ts)

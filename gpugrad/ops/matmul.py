@@ -53,6 +53,12 @@ class Matmul(Op):
             gb = xp.squeeze(gb, -1) if self.b_vec else gb
         return ga, gb
 
+    def jvp(self, xp, ins, out, ts):  # the product rule: ta @ b + a @ tb
+        (a, b), (ta, tb) = ins, ts
+        da = xp.matmul(ta, b) if ta is not None else None
+        db = xp.matmul(a, tb) if tb is not None else None
+        return db if da is None else da if db is None else da + db
+
 
 def _torch_copies(a, b, ra, rb):
     """The saved operands (0: a, 1: b) that torch's matmul saves as copies of its own, so that changing them in place
@@ -145,6 +151,18 @@ class Linear(KernelOp):
 
     def backward_graph(self, xp, gy):
         return self._bwd(_TensorSums, xp, gy)
+
+    def _jvp(self, impl, xp, ins, out, ts):  # the product rule: tx @ wᵀ + x @ twᵀ + tb
+        x, w = ins[:2]
+        tx, tw = ts[:2]
+        tb = ts[2] if len(ts) > 2 else None
+        dy = xp.matmul(tx, xp.swapaxes(w, 0, 1)) if tx is not None else None
+        if tw is not None:
+            d = xp.matmul(x, xp.swapaxes(tw, 0, 1))
+            dy = d if dy is None else dy + d
+        if tb is not None:
+            dy = tb if dy is None else dy + tb
+        return dy
 
 
 class _TensorSums:

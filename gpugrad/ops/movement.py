@@ -10,6 +10,7 @@ from gpugrad.ops.reduce import canonical_axis
 @register("reshape")
 class Reshape(Op):
     """y = x viewed with a new shape.  VJP: gx = gy reshaped back.  ViewBackward0 as in torch."""
+    linear = True
     double_backward = True
     _name = "ViewBackward0"
 
@@ -28,6 +29,7 @@ class Reshape(Op):
 @register("permute")
 class Permute(Op):
     """y = x with axes permuted.  VJP: gx = gy permuted by the inverse permutation."""
+    linear = True
     double_backward = True
 
     def forward(self, xp, x):
@@ -46,6 +48,7 @@ class Permute(Op):
 @register("expand")
 class Expand(Op):
     """y = x broadcast to ``shape`` (a view).  VJP: gy itself: the engine sums it back to x's shape."""
+    linear = True
     double_backward = True
 
     def forward(self, xp, x):
@@ -71,6 +74,7 @@ class Expand(Op):
 @register("squeeze")
 class Squeeze(Op):
     """Drop size-1 axes (all, or the given ones).  VJP: reshape back.  SqueezeBackward0/1 as in torch."""
+    linear = True
     double_backward = True
 
     def forward(self, xp, x):
@@ -91,6 +95,7 @@ class Squeeze(Op):
 @register("unsqueeze")
 class Unsqueeze(Op):
     """Insert a size-1 axis.  VJP: reshape back."""
+    linear = True
     double_backward = True
 
     def forward(self, xp, x):
@@ -107,6 +112,7 @@ class Index(Op):
 
     VJP: scatter-add gy into zeros of x's shape, so repeated integer indices add up (``xp.add.at``).
     """
+    linear = True
 
     def forward(self, xp, x):
         self.in_shape = x.shape
@@ -129,6 +135,7 @@ def _is_basic(key):
 @register("cat")
 class Cat(Op):
     """y = concatenate(xs, axis).  VJP: gy split back into the inputs' extents."""
+    linear = True
     double_backward = True
 
     def forward(self, xp, *xs):
@@ -150,6 +157,7 @@ class Cat(Op):
 @register("stack")
 class Stack(Op):
     """y = stack(xs, axis).  VJP: gx_i = gy taken at i along axis."""
+    linear = True
     double_backward = True
 
     def forward(self, xp, *xs):
@@ -168,6 +176,7 @@ class Gather(Op):
     index has x's number of axes and is no larger than x along the others, where x is cut to index's extent
     (so y has index's shape).  VJP: scatter-add gy into zeros of x's shape at the same positions.
     """
+    linear = True
 
     def forward(self, xp, x):
         index = self.index

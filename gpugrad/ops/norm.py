@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from gpugrad.autograd import tensor_xp
 from gpugrad.autograd.function import Op
 from gpugrad.backend import deferred
 from gpugrad.ops import register
@@ -43,6 +44,53 @@ class LayerNorm(KernelOp):
                 gw.reshape(wshape) if len(ng) > 1 and ng[1] else None,
                 gb.reshape(wshape) if len(ng) > 2 and ng[2] else None)
 
+    def _rows(self, xp, x):
+        """(x as rows, xhat, rstd (rows, 1)): from the saved statistics on arrays, recomputed with recorded ops on
+        Tensors (so a double backward or a Hessian product differentiates through them)."""
+        n = self.n
+        x2 = x.reshape((-1, n) if n else (math.prod(x.shape[:-1]), 0))
+        if xp is tensor_xp:
+            mean = x2.mean(axis=-1, keepdims=True)
+            centered = x2 - mean
+            rstd = ((centered * centered).mean(axis=-1, keepdims=True) + self.eps) ** -0.5
+            return x2, centered * rstd, rstd
+        _, _, mean, rstd = self.saved
+        rstd = rstd.astype(x2.dtype)[:, None]
+        return x2, (x2 - mean.astype(x2.dtype)[:, None]) * rstd, rstd
+
+    def _jvp(self, impl, xp, ins, out, ts):
+        """dy = rstd (t - mean(t) - xhat mean(t xhat)) w + xhat tw + tb."""
+        x, w, b = (tuple(ins) + (None, None))[:3]
+        tx, tw, tb = (tuple(ts) + (None, None))[:3]
+        x2, xhat, rstd = self._rows(xp, x)
+        n = max(self.n, 1)
+        dy = 0.0
+        if tx is not None:
+            t2 = tx.reshape(x2.shape)
+            dy = rstd * (t2 - xp.sum(t2, axis=-1, keepdims=True) / n - xhat * xp.sum(t2 * xhat, axis=-1, keepdims=True) / n)
+            if w is not None:
+                dy = dy * w.reshape(self.n)
+        if tw is not None:
+            dy = dy + xhat * tw.reshape(self.n)
+        if tb is not None:
+            dy = dy + tb.reshape(self.n)
+        return dy.reshape(x.shape) if hasattr(dy, "reshape") else out * 0
+
+    def backward_graph(self, xp, gy):
+        """The VJP on Tensors, differentiable in x, w and gy (gb = Σ gy needs no b)."""
+        x = xp.input_of(self, 0)
+        w = xp.input_of(self, 1) if self.saved[1] is not None else None
+        x2, xhat, rstd = self._rows(xp, x)
+        n = max(self.n, 1)
+        g2 = gy.reshape(x2.shape)
+        g = g2 * w.reshape(self.n) if w is not None else g2
+        gx = rstd * (g - g.sum(axis=-1, keepdims=True) / n - xhat * (g * xhat).sum(axis=-1, keepdims=True) / n)
+        ng = self.needs_input_grad
+        xshape, wshape = self.shapes
+        gw = (g2 * xhat).sum(axis=0).reshape(wshape) if len(ng) > 1 and ng[1] else None
+        gb = g2.sum(axis=0).reshape(wshape) if len(ng) > 2 and ng[2] else None
+        return gx.reshape(xshape) if ng[0] else None, gw, gb
+
 
 @register("embedding")
 class Embedding(Op):
@@ -51,6 +99,7 @@ class Embedding(Op):
     VJP: gweight = zeros, then gweight[ids[k]] += gy[k] for every k: a scatter-add, so repeated ids add up.
     Rows at ``padding_idx`` get no gradient.
     """
+    linear = True
 
     padding_idx = None
 

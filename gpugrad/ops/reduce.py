@@ -50,6 +50,7 @@ class _Reduce(Op):
 @register("sum")
 class Sum(_Reduce):
     """y = Σ x over axes.  VJP: gx = broadcast(gy).  Named SumBackward0 (all axes) / SumBackward1 (axis)."""
+    linear = True
     double_backward = True
 
     def forward(self, xp, x):
@@ -62,6 +63,7 @@ class Sum(_Reduce):
 @register("mean")
 class Mean(_Reduce):
     """y = mean of x over axes.  VJP: gx = broadcast(gy) / n."""
+    linear = True
     double_backward = True
 
     def forward(self, xp, x):
@@ -105,6 +107,12 @@ class _Extreme(_Reduce):
         # and off the mask 0, or NaN where the share is inf or NaN
         share = xp.where(count > 0, _keep(xp, gy, self.axes, self.keepdims) / xp.maximum(count, 1.0), float("nan"))
         return xp.where(hit, share, xp.where(xp.abs(share) < float("inf"), 0.0, float("nan")))
+
+    def jvp(self, xp, ins, out, ts):  # torch's amax JVP: the mean of the tangent over the elements that tie
+        x, t = ins[0], ts[0]
+        hit = x == _keep(xp, out, self.axes, self.keepdims)
+        count = xp.sum(xp.where(hit, 1.0, 0.0), axis=self.axes, keepdims=self.keepdims)
+        return xp.sum(xp.where(hit, t, 0.0), axis=self.axes, keepdims=self.keepdims) / count
 
 
 @register("max")
@@ -151,6 +159,12 @@ class Var(_Reduce):
     def backward(self, xp, gy):
         return self._vjp(xp, self.saved[0], gy)
 
+    def jvp(self, xp, ins, out, ts):  # d var = 2 Σ (x - mean) t / (n - correction)
+        x = ins[0]
+        centered = x - _mean(xp, x, self.axes, self.n)
+        return xp.sum(centered * ts[0], axis=self.axes, keepdims=self.keepdims) * (
+            2.0 / self.dof if self.dof else float("inf"))
+
     def _vjp(self, xp, x, gy):
         centered = x - _mean(xp, x, self.axes, self.n)
         g = _keep(xp, gy, self.axes, self.keepdims)
@@ -177,3 +191,7 @@ class Std(Var):
         x, y = self.saved
         zero = y == 0
         return self._vjp(xp, x, xp.where(zero, 0.0, gy / xp.where(zero, 1.0, y + y)))
+
+    def jvp(self, xp, ins, out, ts):  # d std = d var / (2 std), 0 where std == 0 (as the VJP)
+        zero = out == 0
+        return xp.where(zero, 0.0, super().jvp(xp, ins, out, ts) / xp.where(zero, 1.0, out + out))

@@ -61,6 +61,11 @@ class Softmax(_RowOp):
             return gy * 0.0  # softmax of one element is 1: constant
         return y * (gy - (gy * y).sum(axis=self.undo[0], keepdims=True))
 
+    def _jvp(self, impl, xp, ins, out, ts):  # the Jacobian is symmetric: the VJP's formula on the tangent
+        if self.ndim == 0:
+            return ts[0] * 0.0
+        return out * (ts[0] - xp.sum(ts[0] * out, axis=self.undo[0], keepdims=True))
+
 
 @register("log_softmax")
 class LogSoftmax(_RowOp):
@@ -72,6 +77,11 @@ class LogSoftmax(_RowOp):
         if self.ndim == 0:
             return gy * 0.0
         return gy - y.exp() * gy.sum(axis=self.undo[0], keepdims=True)
+
+    def _jvp(self, impl, xp, ins, out, ts):  # t - Σ softmax(x) t (the row's d logsumexp)
+        if self.ndim == 0:
+            return ts[0] * 0.0
+        return ts[0] - xp.sum(xp.exp(out) * ts[0], axis=self.undo[0], keepdims=True)
 
 
 @register("logsumexp")
@@ -108,3 +118,11 @@ class LogSumExp(KernelOp):
         if not self.keepdims:
             y, gy = y.unsqueeze(axis), gy.unsqueeze(axis)
         return gy * (x - y).exp()
+
+    def _jvp(self, impl, xp, ins, out, ts):  # Σ softmax(x) t over the axis
+        x, t = ins[0], ts[0]
+        if self.ndim == 0:
+            return t
+        axis = self.undo[0]
+        y = out if self.keepdims else xp.expand_dims(out, axis)
+        return xp.sum(xp.exp(x - y) * t, axis=axis, keepdims=self.keepdims)
