@@ -10,8 +10,8 @@ from gpugrad.autograd.grad_mode import STATE
 from gpugrad.backend import backend_of, get_backend
 from gpugrad.backend.deferred import raise_pending
 from gpugrad import ops as _ops
-from gpugrad.ops.activation import BiasAct, Dropout, Gelu, Relu, Sigmoid, Tanh
-from gpugrad.ops.arith import Abs, Add, Clamp, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, Sqrt, Sub, Where
+from gpugrad.ops.activation import POINTWISE_OPS, BiasAct, Dropout
+from gpugrad.ops.arith import Abs, Add, Clamp, Div, Maximum, Minimum, Mul, Neg, Pow, Sub, Where
 from gpugrad.ops.matmul import Matmul
 from gpugrad.ops.movement import Cat, Expand, Gather, Index, Permute, Reshape, Squeeze, Stack, Unsqueeze
 from gpugrad.ops.reduce import Max, Mean, Min, Std, Sum, Var
@@ -30,6 +30,8 @@ def _make(data, backend, requires_grad=False):
     t._version_counter = [0]
     t._base = t._view_fn = t._base_fn = None
     t._inference = STATE.inference
+    t._fw_grad = None
+    t._post_acc_hooks = None
     return t
 
 
@@ -59,7 +61,8 @@ class Tensor:
     # _base: the tensor whose memory a view shares; _view_fn: array -> the view (to write through it, or to
     # re-derive the view's graph); _base_fn: the base's grad_fn when the view's graph was last derived.
     __slots__ = ("_data", "_backend", "_requires_grad", "_grad", "_grad_fn", "_accumulator", "_version_counter",
-                 "_base", "_view_fn", "_base_fn", "_inference", "__weakref__")
+                 "_base", "_view_fn", "_base_fn", "_inference", "_fw_grad", "_post_acc_hooks",
+                 "__weakref__")
     __array_ufunc__ = None  # numpy defers `ndarray + tensor` to Tensor.__radd__
     __hash__ = object.__hash__  # == is elementwise; identity hashing keeps tensors usable as dict keys
 
@@ -74,6 +77,8 @@ class Tensor:
         self._grad = self._grad_fn = self._accumulator = self._base = self._view_fn = self._base_fn = None
         self._version_counter = [0]
         self._inference = STATE.inference
+        self._fw_grad = None
+        self._post_acc_hooks = None  # register_post_accumulate_grad_hook
         if requires_grad:
             self.requires_grad_(True)
 
@@ -198,6 +203,18 @@ class Tensor:
         if self._grad_fn is None:
             return AccumulateGrad.register_leaf_hook(self, hook)  # kept on the leaf's side: they outlive graphs
         return self._grad_fn.register_prehook(hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """``hook(tensor)`` runs after backward has accumulated into this leaf's ``.grad`` (torch's hook of the same
+        name; DistributedDataParallel starts a gradient bucket's all-reduce from it). Returns a handle to remove it."""
+        if not _function.fresh(self)._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self._grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        if self._post_acc_hooks is None:
+            self._post_acc_hooks = []
+        self._post_acc_hooks.append(hook)
+        return _function._HookHandle(self._post_acc_hooks, hook)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (``gradient`` = upstream, for non-scalars)."""
@@ -351,14 +368,7 @@ class Tensor:
     def matmul(self, o): return self @ o
     def mm(self, o): return self @ o
     def dot(self, o): return self @ o
-    def exp(self): return Exp.apply(self)
-    def log(self): return Log.apply(self)
-    def sqrt(self): return Sqrt.apply(self)
     def abs(self): return Abs.apply(self)
-    def tanh(self): return Tanh.apply(self)
-    def sigmoid(self): return Sigmoid.apply(self)
-    def relu(self): return Relu.apply(self)
-    def gelu(self): return Gelu.apply(self)
     def square(self): return self * self
     def maximum(self, o): return Maximum.apply(self, self._other(o))
     def minimum(self, o): return Minimum.apply(self, self._other(o))
@@ -561,6 +571,8 @@ class Tensor:
                 result = result_fn()
             _function.before_write(self)
             self._backend.xp.copyto(self._data, result._data, casting="same_kind")
+        if result._fw_grad is not None or self._fw_grad is not None:
+            _forward_ad.write_tangent(self, result._fw_grad)
         self._version_counter[0] += 1
         return self
 
@@ -598,6 +610,8 @@ class Tensor:
             return self._inplace(op, lambda: Overwrite.apply(self, value, _name=name), value)
         _function.before_write(self)
         self._data.fill(value)
+        if self._fw_grad is not None:
+            _forward_ad.write_tangent(self, None)
         self._version_counter[0] += 1
         return self
 
@@ -733,9 +747,34 @@ def _index_put(t, key, value):
     return Where.apply(placed, t, cond=mask)
 
 
-from gpugrad.autograd import function as _function  # noqa: E402
+from gpugrad.autograd import forward_ad as _forward_ad, function as _function  # noqa: E402
 
 _function._tensor_type, _function._make_tensor = Tensor, _make
+
+
+def pointwise_function(op, decl, out_of_place=None):
+    """``f(input, *params)`` for a declared pointwise op (a Tensor method, or with ``out_of_place``, the in-place
+    ``f_``), with the declaration's parameter names and defaults as in torch."""
+    names = [p for p, _ in decl.params]
+
+    def f(self, *args, **kwargs):
+        if len(args) > len(names) or set(kwargs) - set(names):
+            raise TypeError(f"{decl.name}() takes parameters {tuple(names)}, got {args} and {sorted(kwargs)}")
+        params = dict(decl.params)
+        params.update(zip(names, args))
+        params.update(kwargs)
+        if out_of_place is not None:
+            return self._inplace(decl.name + "_", lambda: op.apply(self, **params))
+        return op.apply(self, **params)
+
+    f.__name__ = decl.name + ("_" if out_of_place is not None else "")
+    f.__doc__ = f"{decl.name}({', '.join(f'{p}={d}' for p, d in decl.params)}): see gpugrad/ops/declarations.py"
+    return f
+
+
+for _name, _op in POINTWISE_OPS.items():
+    setattr(Tensor, _name, pointwise_function(_op, _op.decl))
+    setattr(Tensor, _name + "_", pointwise_function(_op, _op.decl, out_of_place=True))
 
 # Cast / ToDevice / Copy / IndexPlace are registered ops too; they live here because they are about tensors
 # moving between dtypes, devices and buffers rather than about math.
