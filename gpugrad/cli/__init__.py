@@ -15,6 +15,7 @@ import sys
 SUBCOMMANDS = {
     "train": ("gpugrad.cli.train", "train an MLP classifier (default: the embedded 8x8 digits)"),
     "bench": ("gpugrad.cli.bench", "run the benchmarks"),
+    "explain": ("gpugrad.cli.explain", "explain an expression's graph: values, local derivatives, gradients"),
 }
 
 

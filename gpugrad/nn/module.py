@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from gpugrad.autograd import trace as _trace
 from gpugrad.backend import backend_of, get_backend, on
 from gpugrad.nn.parameter import Parameter
 from gpugrad._tensor import Tensor
@@ -70,7 +71,14 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        stack = _trace.MODULES  # a list only inside autograd.record(): explain/draw then know who made each node
+        if stack is None:
+            return self.forward(*args, **kwargs)
+        stack.append(self)
+        try:
+            return self.forward(*args, **kwargs)
+        finally:
+            stack.pop()
 
     # -- registration ---------------------------------------------------------------------------------------------
     def _registry(self):
