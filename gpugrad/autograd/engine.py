@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from gpugrad.autograd import anomaly as _anomaly
+from gpugrad.autograd import anomaly as _anomaly, trace as _trace
 from gpugrad.autograd.function import AccumulateGrad
 from gpugrad.backend import graphs as _graphs
 from gpugrad.autograd.grad_mode import enable_grad
@@ -62,7 +62,30 @@ def _fit(gx, meta, xp):
     return gx
 
 
+_callbacks = []  # one list per backward pass in progress (innermost last): run when that pass finishes
+
+
+def queue_callback(fn):
+    """Call ``fn()`` once the backward pass now running has finished (torch's
+    ``Variable._execution_engine.queue_callback``): DistributedDataParallel waits for its all-reduces there."""
+    if not _callbacks:
+        raise RuntimeError("queue_callback: no backward pass is running")
+    _callbacks[-1].append(fn)
+
+
 def run(roots, retain_graph=False, create_graph=False, capture=None, only=None):
+    """:func:`_run`, then the callbacks queued during it (not when it raised)."""
+    _callbacks.append([])
+    try:
+        out = _run(roots, retain_graph, create_graph, capture, only)
+    finally:
+        queued = _callbacks.pop()
+    for fn in queued:
+        fn()
+    return out
+
+
+def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None):
     """Backpropagate ``roots`` = [(node, gradient)], accumulating into leaves, or into ``capture`` if given.
 
     ``capture`` maps nodes to ``None``; their incoming gradients are stored there and leaves are left alone
@@ -73,6 +96,7 @@ def run(roots, retain_graph=False, create_graph=False, capture=None, only=None):
 
     order = toposort([n for n, _ in roots])
     check = _anomaly.checker(len(order))  # None unless detect_anomaly() is on
+    observe = _trace.OBSERVER  # None unless explain() is watching
     needed = None
     targets = capture if capture is not None else only
     if targets is not None:
@@ -111,7 +135,10 @@ def run(roots, retain_graph=False, create_graph=False, capture=None, only=None):
             if node._retain is not None:
                 _retain_grad(node, g, create_graph)
             if isinstance(node, AccumulateGrad):
-                _accumulate_leaf(node.variable, g, owned, create_graph)
+                leaf = node.variable
+                _accumulate_leaf(leaf, g, owned, create_graph)
+                for hook in list(leaf._post_acc_hooks or ()):  # torch: hook(leaf), once .grad holds the sum
+                    hook(leaf)
                 continue
             try:
                 gxs = node.run_backward(g, create_graph)
@@ -122,6 +149,8 @@ def run(roots, retain_graph=False, create_graph=False, capture=None, only=None):
                 raise
             if check is not None:
                 check(node, gxs)
+            if observe is not None:
+                observe(node, g, gxs)
             del entry
             if not retain_graph:
                 node.release()

@@ -3,6 +3,7 @@
     gpugrad train                                     # digits, defaults below, best device
     gpugrad train --data ~/mnist --epochs 10 --checkpoint run.ckpt --metrics-json run.json --plot run.png
     gpugrad train --resume run.ckpt --epochs 20       # continue (also after Ctrl-C) up to 20 epochs in total
+    mpiexec -n 2 gpugrad train --distributed          # data-parallel: --batch-size per rank (cli/data_parallel.py)
 
 Reproducible: the same seed gives bitwise-identical losses on the same device, and a run resumed from a
 checkpoint (written at the end of every epoch, or on Ctrl-C mid-epoch: the first stops after the current batch, a
@@ -148,15 +149,23 @@ def add_arguments(p):
     add("--metrics-json", metavar="PATH", help="write config, per-epoch and final metrics, timings")
     add("--plot", metavar="PATH.png", help="save loss and accuracy curves (needs matplotlib)")
     add("--quiet", action="store_true", help="print only the final result")
+    add("--distributed", action="store_true", help="data-parallel over the ranks of `mpiexec -n N gpugrad train "
+        "--distributed` (CPU processes, or one GPU per rank with --device cuda); --batch-size is then per rank, "
+        "and N ranks train as one process with N times the batch")
+    add("--dist-timeout", type=_arg("lr"), default=300.0, metavar="S", help="with --distributed: stop with an "
+        "error naming the lost rank when a rank waits this long for the others (default: 300 s)")
     add("--cuda-graph", action="store_true", help="capture the training step once as a CUDA graph and replay it "
         "for every full batch (CUDA only; same results as without)")
     p.epilog = (f"exit codes: 0 done, {EXIT_ERROR} error, 2 bad command line, {EXIT_DIVERGED} training diverged "
                 f"(the loss became NaN or infinite; the last good checkpoint is kept), {EXIT_INTERRUPTED} interrupted")
 
 
-def resolve_config(args, saved=None):
-    """The run's configuration: the checkpoint's when resuming (only --epochs may change), else args + defaults."""
+def resolve_config(args, saved=None, ranks=1):
+    """The run's configuration: the checkpoint's when resuming (only --epochs may change), else args + defaults.
+    ``batch_size`` is the global batch: --batch-size (per rank) x ``ranks``."""
     given = {k: getattr(args, k) for k in DEFAULTS if getattr(args, k, None) is not None}
+    if saved is None or "batch_size" in given:
+        given["batch_size"] = given.get("batch_size", DEFAULTS["batch_size"]) * ranks
     if "data" in given:
         given["data"] = str(Path(given["data"]).expanduser().resolve())
     if saved is None:
@@ -167,8 +176,11 @@ def resolve_config(args, saved=None):
     config = dict(saved)
     for key in FIXED_ON_RESUME:
         if key in given and given[key] != saved[key]:
-            raise CliError(f"{_as_flag(key, given[key])} differs from the checkpoint's {_as_flag(key, saved[key])}; "
-                           "a resumed run keeps its configuration (only --epochs and output options may change)")
+            per_rank = f" (--batch-size {given[key] // ranks} per rank x {ranks} ranks)" if key == "batch_size" and \
+                ranks > 1 else ""
+            raise CliError(f"{_as_flag(key, given[key])}{per_rank} differs from the checkpoint's "
+                           f"{_as_flag(key, saved[key])}; a resumed run keeps its configuration (only --epochs and "
+                           "output options may change)")
     config["epochs"] = given.get("epochs", saved["epochs"])
     return config
 
@@ -316,9 +328,10 @@ class GraphedStep:
             self.optimizer.step()
 
 
-def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None):
+def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None, par=None):
     """Run the rest of the loader's current epoch, recording each finished step in ``progress``; returns the
-    epoch's mean training loss. ``graphed`` (a GraphedStep) replays the step as a CUDA graph."""
+    epoch's mean training loss. ``graphed`` (a GraphedStep) replays the step as a CUDA graph; ``par`` (a
+    cli.data_parallel.DataParallel) trains this rank's share of each batch."""
     import gpugrad
     from gpugrad.nn import functional as F
     from gpugrad.backend import CPU
@@ -327,10 +340,11 @@ def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None):
     model.train()
     base_time, t0 = progress.train_time, time.perf_counter()
     for xb, yb in loader:
+        summed = None  # the batch's summed loss, when the loss is not its mean (a rank's share)
         if graphed is not None:
             loss = graphed.forward_backward(xb, yb)
         else:
-            loss = F.cross_entropy(model(xb), yb)
+            loss, summed = par.loss(model, xb, yb) if par else (F.cross_entropy(model(xb), yb), None)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
         # NOTE: from the first parameter update to the last field of the progress record, a checkpoint would mix
@@ -341,7 +355,7 @@ def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None):
             else:
                 optimizer.step()
             with gpugrad.no_grad():
-                weighted = loss.detach() * len(yb)
+                weighted = loss.detach() * len(yb) if summed is None else summed
                 progress.loss_sum = weighted if progress.loss_sum is None else progress.loss_sum + weighted
             progress.batch += 1
             progress.samples += len(yb)
@@ -351,7 +365,8 @@ def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None):
         if not bar.disable and bar.n % 10 == 0:  # .item() syncs a GPU: only for a visible bar, now and then
             bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
         stop.check()
-    train_loss = progress.loss_sum.item() / progress.samples if progress.samples else float("nan")
+    loss_sum = par.total(progress.loss_sum, model) if par else progress.loss_sum
+    train_loss = loss_sum.item() / progress.samples if progress.samples else float("nan")
     progress.train_time = base_time + time.perf_counter() - t0  # .item() waited for the device
     return train_loss
 
@@ -374,10 +389,13 @@ class _SigintFlag:
     """The first Ctrl-C asks the loop to stop at the next batch boundary (so the checkpoint is consistent);
     a second one raises KeyboardInterrupt at once, or, inside ``critical()``, as soon as the region ends.
     ``torn`` records a KeyboardInterrupt that escaped a critical region half done (raised by someone else: then
-    the model and optimizer no longer match the progress record).  Only installed in the main thread."""
+    the model and optimizer no longer match the progress record).  Only installed in the main thread.
+    ``agree(flag) -> any rank's flag`` (--distributed) makes the stop collective: ``agreed`` then says every rank
+    stopped at the same batch boundary."""
 
-    def __init__(self):
+    def __init__(self, agree=None):
         self.requested, self.torn, self._old, self._critical, self._held = False, False, None, False, False
+        self.agree, self.agreed = agree, False
 
     def _handle(self, signum, frame):
         if not self.requested:
@@ -412,7 +430,8 @@ class _SigintFlag:
             signal.signal(signal.SIGINT, self._old)
 
     def check(self):
-        if self.requested:
+        if self.requested if self.agree is None else self.agree(self.requested):
+            self.agreed = True
             raise KeyboardInterrupt
 
     def ignore(self):
@@ -458,12 +477,16 @@ def run(args) -> int:
 
     try:
         return train(args)
-    except (CliError, CheckpointError, IdxError, PlotUnavailable, OSError) as e:  # OSError: missing file, disk full
-        print(f"gpugrad train: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    except MemoryError as e:  # e.g. --hidden 100000000: NumPy names the allocation it could not make
-        print(f"gpugrad train: error: not enough memory ({e or 'MemoryError'})", file=sys.stderr)
-        return EXIT_ERROR
+    except (CliError, CheckpointError, IdxError, PlotUnavailable, OSError, MemoryError) as e:
+        # OSError: missing file, disk full; MemoryError: e.g. --hidden 100000000 (NumPy names the allocation)
+        par = getattr(args, "par", None)
+        if par is not None and par.rank:
+            # NOTE: an error every rank meets is said once: rank 0 says it and aborts the others meanwhile
+            sys.stderr = sys.__stderr__
+            time.sleep(1.0)
+        what = f"not enough memory ({e or 'MemoryError'})" if isinstance(e, MemoryError) else e
+        print(f"gpugrad train: error: {what}", file=sys.stderr)
+        return EXIT_ERROR if par is None else par.abort(EXIT_ERROR)
 
 
 def check_outputs(args):
@@ -613,16 +636,23 @@ def train(args) -> int:
     t_start = time.perf_counter()
     quiet = args.quiet
     ckpt_path = args.checkpoint or args.resume
+    par = None  # the data-parallel run this process is one rank of (--distributed)
     try:  # a Ctrl-C before the first batch has nothing to save: exit at once, quietly
+        if getattr(args, "distributed", False):  # first: then an error below is said once, by rank 0
+            from gpugrad.cli.data_parallel import DataParallel
+
+            par = args.par = DataParallel(args, resolve_device, CliError)
+            if args.cuda_graph:
+                raise CliError("--cuda-graph does not combine with --distributed (a graph cannot hold an all-reduce)")
         check_outputs(args)  # fail before training, not after it
-        device = resolve_device(args.device)
+        device = par.device if par else resolve_device(args.device)
         if args.cuda_graph and device.type != "cuda":
             raise CliError(f"--cuda-graph needs a CUDA device, but training runs on {device}; pass --device cuda")
 
         saved = checkpoint.load(args.resume, device=device) if args.resume else None
         if saved is not None:
             check_resumable(saved, args.resume)
-        config = resolve_config(args, saved and saved["config"])
+        config = resolve_config(args, saved and saved["config"], par.size if par else 1)
         finished = bool(saved) and saved["progress"]["epoch"] >= config["epochs"]
         if saved and not finished and not args.checkpoint:  # the run saves back into the --resume file
             try:
@@ -634,10 +664,13 @@ def train(args) -> int:
         x_train, y_train, x_test, y_test, data_desc = load_data(config)
         n_classes = count_classes(config, y_train, y_test)
         model = build_model(config, x_train.shape[1], n_classes, device)
+        net = par.wrap(model) if par else model  # what the training step calls
         optimizer = build_optimizer(config, model.parameters())
         if saved:
             check_optimizer_state(saved["optimizer"], optimizer, args.resume)
         progress = Progress(**saved["progress"]) if saved else Progress()
+        if par and par.rank:
+            progress.loss_sum = None  # each rank sums its own rows; rank 0 carries what came before
         train_loader = DataLoader(TensorDataset(x_train, y_train), batch_size=config["batch_size"], shuffle=True,
                                   seed=config["seed"], device=device)
         test_loader = DataLoader(TensorDataset(x_test, y_test), batch_size=EVAL_BATCH, device=device)
@@ -663,7 +696,9 @@ def train(args) -> int:
     _say(quiet, f"model: MLP {sizes} ({config['activation']}), {n_params:,} parameters; {config['optimizer']} "
                 f"lr={config['lr']:g} weight_decay={config['weight_decay']:g}"
                 + (f" momentum={config['momentum']:g}" if config["optimizer"] == "sgd" else "")
-                + f"; batch {config['batch_size']}, {epochs} epochs, seed {config['seed']}, device {device}")
+                + f"; batch {config['batch_size']}"
+                + (f" (~{config['batch_size'] / par.size:g} per rank x {par.size} ranks)" if par else "")
+                + f", {epochs} epochs, seed {config['seed']}, device {device}")
     if finished:
         print(f"{args.resume}: already finished {epochs} epochs; nothing to do (pass --epochs > {epochs} to "
               "continue)", file=sys.stderr, flush=True)
@@ -672,6 +707,8 @@ def train(args) -> int:
     t_setup = time.perf_counter() - t_start
 
     def save_checkpoint():
+        if par and par.rank:
+            return
         rng = progress.rng or generator(CPU).bit_generator.state
         checkpoint.save(ckpt_path, {
             "config": config, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -679,6 +716,8 @@ def train(args) -> int:
             "device": str(device), "gpugrad_version": gpugrad.__version__}, "--checkpoint")
 
     def report(interrupted, diverged=None):
+        if par and par.rank:
+            return
         if args.metrics_json:
             write_metrics(args.metrics_json, config, device, data_desc, progress, interrupted,
                           {"setup_s": t_setup, "total_s": time.perf_counter() - t_start}, diverged)
@@ -702,7 +741,8 @@ def train(args) -> int:
     width = len(str(epochs))
     graphed = GraphedStep(model, optimizer) if args.cuda_graph else None
     # NOTE: NumPy's overflow warnings would only come before the divergence check's own one-line message
-    with _SigintFlag() as stop, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+    agree = par.any if par else None  # --distributed: all ranks stop at the same batch
+    with _SigintFlag(agree) as stop, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         try:
             while progress.epoch < epochs:
                 epoch = progress.epoch
@@ -712,7 +752,7 @@ def train(args) -> int:
                 train_loader.set_epoch(epoch, progress.batch)
                 with _progress_bar(len(train_loader), progress.batch, f"epoch {epoch + 1}/{epochs}",
                                    quiet or not sys.stderr.isatty()) as bar:
-                    train_loss = train_epoch(model, optimizer, train_loader, progress, bar, stop, graphed)
+                    train_loss = train_epoch(net, optimizer, train_loader, progress, bar, stop, graphed, par)
                 t_eval = time.perf_counter()
                 test_loss, test_acc = evaluate(model, test_loader)
                 # NOTE: the epoch's one read of the loss sum (train_epoch) is the check: no extra sync per batch
@@ -731,6 +771,12 @@ def train(args) -> int:
         except KeyboardInterrupt:
             stop.ignore()  # a further Ctrl-C must not break the save below
             where = f"epoch {progress.epoch + 1}, batch {progress.batch}"
+            if par and not stop.agreed:  # a second Ctrl-C: the ranks may be at different steps
+                print(f"\ninterrupted at once at {where}: nothing saved{kept('consistent')}", file=sys.stderr,
+                      flush=True)
+                return EXIT_INTERRUPTED
+            if par:
+                progress.loss_sum = par.total(progress.loss_sum, model)
             if stop.torn:  # the step was cut half way: model and optimizer are neither before nor after it
                 print(f"\ninterrupted inside the optimizer step after {where}: nothing saved{kept('consistent')}",
                       file=sys.stderr, flush=True)

@@ -34,6 +34,8 @@ class DataLoader:
     so every epoch differs and any epoch can be replayed; ``seed=None`` draws one from gpugrad's CPU generator
     (reproducible after ``gpugrad.manual_seed``).  Each ``iter()`` runs the epoch ``self.epoch`` and advances it;
     ``set_epoch(e, start_batch=k)`` jumps to batch ``k`` of epoch ``e`` (resuming mid-epoch).
+    ``sampler`` (e.g. a ``DistributedSampler``): the indices to visit instead, in its order (exclusive with
+    ``shuffle``); before each epoch the loader calls its ``set_epoch`` with the loader's epoch, if it has one.
     ``drop_last`` drops a final partial batch.  ``device``: where batches go (None: gpugrad's default device).
     ``preload``: copy a TensorDataset to a CUDA device once (None: when it is at most 1 GiB).
     ``pin_memory``: accepted as in PyTorch (None: on for CUDA); host->device copies already go through
@@ -41,10 +43,12 @@ class DataLoader:
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=None, device=None,
-                 pin_memory=None, preload=None):
+                 pin_memory=None, preload=None, sampler=None):
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive integer, got {batch_size!r}")
-        self.dataset = dataset
+        self.dataset, self.sampler = dataset, sampler
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
@@ -65,7 +69,7 @@ class DataLoader:
         self._device_arrays = None  # the preloaded copies, made on first use
 
     def __len__(self):
-        n, b = len(self.dataset), self.batch_size
+        n, b = len(self.dataset if self.sampler is None else self.sampler), self.batch_size
         return n // b if self.drop_last else -(-n // b)
 
     def set_epoch(self, epoch, start_batch=0):
@@ -78,6 +82,10 @@ class DataLoader:
         """The sample order of ``epoch`` (default: the next one) as an int64 NumPy array."""
         n = len(self.dataset)
         epoch = self.epoch if epoch is None else epoch
+        if self.sampler is not None:
+            if hasattr(self.sampler, "set_epoch"):
+                self.sampler.set_epoch(epoch)
+            return np.asarray(list(self.sampler), dtype=np.int64)
         if not self.shuffle:
             return np.arange(n, dtype=np.int64)
         return np.random.default_rng((self.seed, int(epoch))).permutation(n).astype(np.int64)

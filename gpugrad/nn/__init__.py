@@ -1,5 +1,5 @@
 """Neural-network building blocks: ``Module``, ``Parameter``, layers, losses, ``init`` and ``functional``."""
-from gpugrad.nn import functional, init  # noqa: F401
+from gpugrad.nn import functional, init, parallel  # noqa: F401
 from gpugrad.nn.activation import GELU, Dropout, ReLU, Sigmoid, Tanh
 from gpugrad.nn.container import MLP, Sequential
 from gpugrad.nn.embedding import Embedding

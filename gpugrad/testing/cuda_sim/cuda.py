@@ -269,5 +269,8 @@ def build() -> types.ModuleType:
                  "get_elapsed_time", "using_allocator", "runtime", "compiler"):
         setattr(cuda, name, globals()[name])
     cuda.get_device_id = _state.current_device
+    from gpugrad.testing.cuda_sim import nccl
+
+    cuda.nccl = nccl  # one rank only (world size 1)
     cuda.is_available = lambda: True
     return cuda

@@ -94,10 +94,16 @@ def _public(obj):
 
 def generate() -> dict:
     """The namespace of the installed CuPy (imports it; needs no GPU)."""
+    import warnings
+
     import cupy
     import cupy.cuda
     import cupy.cuda.runtime
     import cupy.random
+
+    with warnings.catch_warnings():  # NOTE: imported lazily by CuPy; it warns when libnccl is missing (no GPU)
+        warnings.simplefilter("ignore")
+        import cupy.cuda.nccl  # noqa: F401  (the simulator has it, for gpugrad.distributed's "nccl" backend)
 
     ufunc_type = type(cupy.add)
     functions, ufuncs, classes, constants = {}, {}, {}, []
