@@ -6,15 +6,19 @@ from gpugrad.autograd.anomaly import (detect_anomaly, is_anomaly_check_nan_enabl
                                      set_detect_anomaly)
 from gpugrad.backend import on
 from gpugrad.autograd.custom import Function, FunctionCtx
+from gpugrad.autograd.draw import draw
+from gpugrad.autograd.explain import explain
 from gpugrad.autograd.function import AccumulateGrad, Node, Op, fresh as _fresh
+from gpugrad.autograd import functional
 from gpugrad.autograd.gradcheck import GradcheckError, gradcheck
+from gpugrad.autograd.trace import record
 from gpugrad.autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled,
                                         no_grad, set_grad_enabled)
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "gradcheck", "GradcheckError", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "Node", "Op",
            "AccumulateGrad", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
-           "is_anomaly_check_nan_enabled"]
+           "is_anomaly_check_nan_enabled", "explain", "draw", "record"]
 
 
 def _roots(outputs, grad_outputs, create_graph, what):

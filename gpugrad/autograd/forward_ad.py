@@ -140,13 +140,29 @@ def propagate(fn, args, datas, result, params):
     from gpugrad._tensor import Tensor, _make
 
     tangents = [a._fw_grad if isinstance(a, Tensor) else None for a in args]
+    if STATE.batch is not None:
+        tangents = [_batched_view_tangent(a) if t is not None and a._base is not None else t
+                    for a, t in zip(args, tangents)]
     if all(t is None for t in tangents) or result._data.dtype.kind != "f":
         return
     differentiable = _GRAD.enabled and any(
         (isinstance(a, Tensor) and a._requires_grad) or (t is not None and t._requires_grad)
         for a, t in zip(args, tangents))
-    if STATE.batch is not None and not fn.batched_jvp:  # one direction at a time, stacked (a JVP that broadcasts
-        return _per_direction(fn, args, datas, result, params, tangents)  # over a leading axis skips this)
+    if STATE.batch is not None:
+        if fn.linear and not fn.batched_jvp:
+            with pause():
+                out = fn.jvp_batched([t if t is not None else _zeros(a) for a, t in zip(args, tangents)], result,
+                                     STATE.batch)
+            if out is not None:
+                return _finish(result, out)
+        if not fn.batched_jvp:  # one direction at a time, stacked
+            return _per_direction(fn, args, datas, result, params, tangents)
+        # (B, *shape) tangents of inputs with fewer axes than the output: their B axis first, then size-1 axes, so
+        # they broadcast against the other inputs and the output as their primals do
+        with pause():
+            tangents = [t if t is None or a.ndim >= result.ndim else
+                        t.reshape((STATE.batch,) + (1,) * (result.ndim - a.ndim) + tuple(a.shape))
+                        for a, t in zip(args, tangents)]
     was, STATE.paused = STATE.paused, True
     try:
         if fn.linear:
@@ -180,6 +196,36 @@ def _finish(result, out):
     if out.dtype != result.dtype:
         out = out.to(dtype=result.dtype)
     set_tangent(result, out)
+    if result._grad_fn is not None:  # the node keeps it too: a VJP on Tensors that rebuilds the node's output
+        set_tangent(result._grad_fn, out)  # (tensor_xp.output_of) must carry it (forward over reverse)
+
+
+def tangent_of_output(t, node):
+    """Give ``t``, a Tensor rebuilt from ``node``'s saved output, the tangent that output had (if the level is on)."""
+    if STATE.level is not None and getattr(node, "_fw_grad", None) is not None:
+        set_tangent(t, node._fw_grad)
+    return t
+
+
+def _zeros(a):
+    from gpugrad._tensor import Tensor, _make
+
+    if not isinstance(a, Tensor):
+        return a
+    return _make(a._backend.xp.zeros((STATE.batch, *a.shape), dtype=a._data.dtype), a._backend)
+
+
+def _batched_view_tangent(view):
+    """A view's batched tangent, re-read from its base's (B, ...) tangent: it is a stacked copy, not a view, so a later
+    in-place change of the base would otherwise leave it stale."""
+    from gpugrad._tensor import _make
+
+    base = view._base
+    if view._view_fn is None or base._fw_grad is None:
+        return view._fw_grad
+    xp = base._backend.xp
+    view._fw_grad = _make(xp.stack([view._view_fn(t) for t in base._fw_grad._data]), base._backend)
+    return view._fw_grad
 
 
 def _per_direction(fn, args, datas, result, params, tangents):
@@ -214,21 +260,31 @@ def write_tangent(tensor, new):
     torch; a view without a tangent writes into its base's (created as zeros if needed)."""
     from gpugrad._tensor import _make
 
+    if STATE.level is None:
+        return
     old = tensor._fw_grad
-    if STATE.level is None or STATE.batch is not None or (new is not None and new._requires_grad) or \
-            (old is not None and old._requires_grad):
-        if STATE.level is not None and new is not None:
+    if (new is not None and new._requires_grad) or (old is not None and old._requires_grad):
+        if new is not None:  # a tangent with a graph of its own is rebound, not overwritten
             set_tangent(tensor, new)
         return
-    xp = tensor._backend.xp
+    xp, batch = tensor._backend.xp, STATE.batch
+    if batch is not None and tensor._base is not None and tensor._view_fn is not None:
+        old = None  # a view's batched tangent is a stacked copy, not a view: write through to the base's
     if old is None and tensor._base is not None and tensor._view_fn is not None:
         base = tensor._base
         if base._fw_grad is None:
-            set_tangent(base, _make(xp.zeros_like(base._data), base._backend))
-        old = _make(tensor._view_fn(base._fw_grad._data), tensor._backend)
-        set_tangent(tensor, old)
+            shape = base._data.shape if batch is None else (batch, *base._data.shape)
+            set_tangent(base, _make(xp.zeros(shape, dtype=base._data.dtype), base._backend))
+        if batch is None:
+            old = _make(tensor._view_fn(base._fw_grad._data), tensor._backend)
+        else:  # one view per direction: written into each, and the view keeps its own (B, ...) copy
+            for i in range(batch):
+                tensor._view_fn(base._fw_grad._data[i])[...] = 0 if new is None else new._data[i]
+            old = None
+        if old is not None:
+            set_tangent(tensor, old)
     if old is None:
-        set_tangent(tensor, new)
+        set_tangent(tensor, new if new is not None else _make(xp.zeros_like(tensor._data), tensor._backend))
     elif new is None:
         old._data[...] = 0
     else:

@@ -207,13 +207,17 @@ class Op(Node):
     # and this node copies the values first (before_write) instead of raising at backward.
     private_saved = ()
 
-    @classmethod
-    def backward_name(cls) -> str:
-        return cls.__name__ + "Backward0"
+    # One naming rule: a node is named ``node_name``, ``<ClassName>Backward0`` unless the class (or its declaration)
+    # gives torch's name; an op named by case, as torch does (MmBackward0 vs DotBackward0), sets ``_name`` in forward.
+    node_name = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "node_name" not in cls.__dict__:
+            cls.node_name = cls.__name__ + "Backward0"
 
     def name(self) -> str:
-        # Some ops are named by case, as torch does (MmBackward0 vs DotBackward0): they set `_name`.
-        return self._name or self.backward_name()
+        return self._name or self.node_name
 
     _params = {}  # the keyword arguments of apply
 
@@ -416,6 +420,11 @@ class Op(Node):
     def backward(self, xp, gy):
         raise NotImplementedError(f"{self.name()} has no backward")
 
+    def jvp_batched(self, ts, out, batch):
+        """A linear op on B tangents at once (Tensors of shape (B, *input.shape); ``out`` is the op's output), or
+        None to take one direction at a time. Ops whose parameters name axes or shapes give theirs, shifted."""
+        return None
+
     def jvp(self, xp, ins, out, ts):
         if not self.elementwise:
             raise NotImplementedError(f"{self.name()} has no forward-mode derivative (jvp)")
@@ -432,10 +441,6 @@ class Transposed(Op):
     its forward is node's backward (gy -> the gradient of input i), and the transpose of that linear map is node's
     forward, applied to g in slot i (zeros in the others).  Both are linear, so every order works."""
     linear = changes_device = True
-
-    @classmethod
-    def backward_name(cls):
-        return "TransposedBackward0"
 
     def forward(self, xp, gy):
         backward = getattr(self.node, self.node._be.backward_name, None) or self.node.backward

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpugrad.autograd import forward_ad
+
 
 def _T():
     from gpugrad._tensor import Tensor
@@ -164,7 +166,7 @@ def saved_as_tensors(node):
         else:  # the node's own output: a tensor produced by this very node
             t = _make(s, node._be, requires_grad=True)
             t._grad_fn = node
-            out.append(t)
+            out.append(forward_ad.tangent_of_output(t, node))
     return tuple(out)
 
 
@@ -175,7 +177,7 @@ def output_of(node, array):
 
     t = _make(array, node._be, requires_grad=True)
     t._grad_fn = node
-    return t
+    return forward_ad.tangent_of_output(t, node)
 
 
 def input_of(node, i):

@@ -6,6 +6,8 @@ baseline, PyTorch when installed), so the ratios hold on a shared, noisy machine
     gpugrad bench --quick                       # all available devices, small sizes (< 30 s on 2 CPU cores)
     gpugrad bench --device cuda --json out.json --plot out.png
     gpugrad bench --quick --sections kernels,engine     # only those sections (a faster smoke run)
+    gpugrad bench --modes --device cpu --plot docs/modes.png   # forward vs reverse mode Jacobians over n x m
+    gpugrad bench --distributed --ranks 2       # all-reduce GB/s and data-parallel samples/s at 1 and 2 ranks
 
 The --json file is rewritten after every finished section (kernels, matmul, MLP, engine) of every device, with
 ``"complete": false`` until the end, so a run cut short (a timeout's SIGINT, an error) keeps what it measured.
@@ -64,6 +66,12 @@ def add_arguments(parser):
     parser.add_argument("--torch-threads", type=_positive_int, metavar="N",
                         help="PyTorch intra-op threads for the torch peer (default: PyTorch's own default)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--modes", action="store_true", help="instead: time a full Jacobian of R^n -> R^m by forward "
+                        "and by reverse mode over a grid of n and m (gpugrad.bench.modes); --plot draws their ratio")
+    parser.add_argument("--distributed", action="store_true", help="instead: all-reduce bandwidth (algbw, busbw) of "
+                        "MPI (cpu) or NCCL (cuda) and DDP training throughput at 1 and --ranks ranks (runs mpiexec)")
+    parser.add_argument("--ranks", type=_positive_int, default=2, metavar="N", help="with --distributed: ranks to "
+                        "compare with one (default: 2)")
 
 
 def _devices(choice):
@@ -116,6 +124,12 @@ def run(args) -> int:
     except (RuntimeError, OSError) as e:  # PlotUnavailable is a RuntimeError
         print(f"gpugrad bench: {e}", file=sys.stderr)
         return 2
+    if args.modes:
+        from gpugrad.bench import modes
+
+        return modes.run_cli(args, devices)
+    if args.distributed:
+        return _run_distributed(args, devices[-1])
     if args.torch_threads is not None:
         th, _ = suites.torch_for(suites.get_backend("cpu"))
         if th is not None:
@@ -161,6 +175,24 @@ def run(args) -> int:
             print(f"gpugrad bench: error: writing {path}: {e}", file=sys.stderr)
             code = 1
     return code
+
+
+def _run_distributed(args, device):
+    """``--distributed``: the all-reduce sweep and DDP throughput on ``device`` (CUDA when available by default)."""
+    from gpugrad.bench import distributed, report
+
+    env = report.environment()
+    try:
+        results = distributed.run(device, args.ranks, args.quick)
+    except RuntimeError as e:
+        print(f"gpugrad bench: {e}", file=sys.stderr)
+        return 1
+    print(distributed.format_results(results, env), flush=True)
+    if args.json:
+        report.write_json({"environment": env, "quick": bool(args.quick), "distributed": results, "complete": True},
+                          args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
 
 
 def main(argv=None) -> int:

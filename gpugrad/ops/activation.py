@@ -15,14 +15,14 @@ class PointwiseOp(KernelOp):
     (g = the tangent) and, run on Tensors, the double backward."""
 
     decl = None
+    batched_jvp = True
 
     @classmethod
     def make(cls, decl):
         op = type(decl.camel, (cls,), {"decl": decl, "__doc__": f"{decl.name}: see ops/declarations.py.",
                                        "__module__": __name__,
-                                       "formula": f"gx = gy * {decl.name}'(x), from the saved {decl.saves}"})
-        if decl.node:
-            op.backward_name = classmethod(lambda c: decl.node)
+                                       "formula": f"gx = gy * {decl.name}'(x), from the saved {decl.saves}",
+                                       **({"node_name": decl.node} if decl.node else {})})
         return register(decl.name)(op)
 
     def _args(self):
@@ -52,7 +52,10 @@ class PointwiseOp(KernelOp):
         return xp.depends(gx, s) if s.requires_grad and not gx.requires_grad else gx
 
     def _jvp(self, impl, xp, ins, out, ts):
-        return self._df(impl, xp, ins[0] if self.decl.saves == "x" else out, ts[0])
+        s, t = ins[0] if self.decl.saves == "x" else out, ts[0]
+        if t.shape != s.shape:  # B directions at once (forward_ad.make_batched_dual): the kernels want equal shapes
+            s = xp.broadcast_to(s, t.shape)
+        return self._df(impl, xp, s, t)
 
 
 POINTWISE_OPS = {name: PointwiseOp.make(d) for name, d in POINTWISE.items()}

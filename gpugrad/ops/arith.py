@@ -11,7 +11,7 @@ from gpugrad.ops import register
 @register("add")
 class Add(Op):
     """y = a + b.  VJP: ga = gy, gb = gy."""
-    double_backward = linear = True
+    double_backward = linear = batched_jvp = True
 
     def forward(self, xp, a, b):
         return a + b
@@ -23,7 +23,7 @@ class Add(Op):
 @register("sub")
 class Sub(Op):
     """y = a - b.  VJP: ga = gy, gb = -gy."""
-    double_backward = linear = True
+    double_backward = linear = batched_jvp = True
 
     def forward(self, xp, a, b):
         return a - b
@@ -35,7 +35,7 @@ class Sub(Op):
 @register("mul")
 class Mul(Op):
     """y = a * b.  VJP: ga = gy * b, gb = gy * a (each saved only if the other side needs it)."""
-    double_backward = elementwise = True
+    double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
         ga_needs, gb_needs = self.needs_input_grad
@@ -55,7 +55,7 @@ class Div(Op):
     Saves what torch saves, so the same in-place changes are legal: b, and a when b needs a gradient; never y.
     For a Python-scalar a, torch computes b.reciprocal() * a and keeps only its own intermediate, so b is kept
     privately (copied if changed in place)."""
-    double_backward = elementwise = True
+    double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
         needs_b = self.needs_input_grad[1]
@@ -87,7 +87,7 @@ class Neg(Op):
 class Pow(Op):
     """y = a ** b.  VJP (torch's pow_backward): ga = gy * b * a**(b-1), 0 where b == 0 (even at a == 0);
     gb = gy * y * log(a), 0 where a == 0 and b >= 0, NaN where a < 0 (the log of a negative number)."""
-    double_backward = elementwise = True
+    double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
         y = a ** b
@@ -115,7 +115,7 @@ class Pow(Op):
 @register("maximum")
 class Maximum(Op):
     """y = max(a, b).  VJP: gy goes to the larger input; on ties it is split evenly; with a NaN, to both (as torch)."""
-    double_backward = elementwise = True
+    double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
         self.save_for_backward(a, b)
@@ -129,7 +129,7 @@ class Maximum(Op):
 @register("minimum")
 class Minimum(Op):
     """y = min(a, b).  VJP like maximum with the comparison flipped."""
-    double_backward = elementwise = True
+    double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
         self.save_for_backward(a, b)
@@ -150,7 +150,7 @@ def _split(xp, gy, a_loses, b_loses, tie):
 @register("where")
 class Where(Op):
     """y = cond ? a : b (cond is a non-differentiable keyword).  VJP: ga = gy where cond, gb = gy elsewhere."""
-    double_backward = linear = True
+    double_backward = linear = batched_jvp = True
 
     def forward(self, xp, a, b):
         return xp.where(self.cond, a, b)

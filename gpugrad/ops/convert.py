@@ -9,9 +9,9 @@ from gpugrad.ops import register
 @register("cast")
 class Cast(Op):
     """y = x.astype(dtype).  VJP: gy cast back (the engine casts every gradient to its input's dtype)."""
-    linear = True
+    linear = batched_jvp = True  # no axes: B tangents at once as they are
     double_backward = True
-    _name = "ToCopyBackward0"
+    node_name = "ToCopyBackward0"
 
     def forward(self, xp, x):
         return x.astype(self.dtype)
@@ -23,9 +23,9 @@ class Cast(Op):
 @register("to_device")
 class ToDevice(Op):
     """y = x copied to another device.  VJP: gy copied back to x's device."""
-    linear = True
+    linear = batched_jvp = True  # no axes: B tangents at once as they are
     changes_device = True
-    _name = "ToCopyBackward0"
+    node_name = "ToCopyBackward0"
 
     def forward(self, xp, x):
         return _move(x, self.source, self.target)
@@ -41,9 +41,9 @@ def _move(array, source, target):
 @register("clone")
 class Copy(Op):
     """y = a copy of x in a fresh buffer.  VJP: gx = gy.  CloneBackward0 as in torch."""
-    linear = True
+    linear = batched_jvp = True  # no axes: B tangents at once as they are
     double_backward = True
-    _name = "CloneBackward0"
+    node_name = "CloneBackward0"
 
     def forward(self, xp, x):
         return xp.array(x, copy=True)
@@ -56,7 +56,7 @@ class Copy(Op):
 class IndexPlace(Op):
     """y = zeros(shape) with y[key] = value (the value side of ``t[key] = value``).  VJP: gvalue = gy[key]."""
     linear = True
-    _name = "IndexPutBackward0"
+    node_name = "IndexPutBackward0"
 
     def forward(self, xp, value):
         y = xp.zeros(self.shape, dtype=value.dtype)
@@ -82,7 +82,7 @@ class AsView(Op):
     expands; ``view_fn`` maps an array to the view).  VJP: gx = zeros with gy written into the view, or added where
     the view repeats elements (an expand)."""
     linear = True
-    _name = "AsStridedBackward0"
+    node_name = "AsStridedBackward0"
 
     def forward(self, xp, x):
         self.in_shape = x.shape
@@ -104,7 +104,7 @@ class CopySlices(Op):
     """y = base with its region ``view_fn(base)`` replaced by value: an in-place op on a view, as a graph node
     of the base (torch's CopySlices).  VJP: gbase = gy with that region zeroed; gvalue = gy's region."""
     linear = True
-    _name = "CopySlices"
+    node_name = "CopySlices"
 
     def forward(self, xp, base, value):
         out = base.copy()
@@ -129,7 +129,7 @@ class Overwrite(Op):
     history (a second-order pass never reaches it); gsrc = gy (the engine sums and casts it back to src)."""
     linear = True
     double_backward = True
-    _name = "CopyBackwards"
+    node_name = "CopyBackwards"
 
     def forward(self, xp, old, src):
         out = xp.empty(old.shape, dtype=old.dtype)

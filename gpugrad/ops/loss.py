@@ -62,7 +62,7 @@ class CrossEntropy(_ChosenLogProb):
     VJP (one fused kernel on CUDA): gx_i = g_i * (softmax(x_i) - onehot(t_i)), g_i the upstream gradient of row i
     (gy / N for the mean, gy for the sum). Forward and backward are one launch each on CUDA, the reduction included.
     """
-    _name = "NllLossBackward0"
+    node_name = "NllLossBackward0"
 
     def _fwd(self, impl, xp, x):
         loss, lse = impl.softmax_xent_fwd(xp, x, self.target, self.reduction, *self._check(x))

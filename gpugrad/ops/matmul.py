@@ -19,7 +19,7 @@ class Matmul(Op):
     VJP: ga = gy @ bᵀ, gb = aᵀ @ gy on the promoted shapes; the engine sums broadcast batch dims.
     Named as torch names the cases: DotBackward0, MvBackward0, MmBackward0, BmmBackward0.
     """
-    double_backward = True
+    double_backward = batched_jvp = True
 
     def forward(self, xp, a, b):
         if a.ndim == 0 or b.ndim == 0:
@@ -55,8 +55,13 @@ class Matmul(Op):
 
     def jvp(self, xp, ins, out, ts):  # the product rule: ta @ b + a @ tb
         (a, b), (ta, tb) = ins, ts
-        da = xp.matmul(ta, b) if ta is not None else None
-        db = xp.matmul(a, tb) if tb is not None else None
+        da = xp.matmul(ta, b) if ta is not None else None  # a batch of B tangents (B, *a.shape) broadcasts as is
+        db = None
+        if tb is not None:
+            if self.b_vec and tb.ndim > 1:  # B vector tangents (B, k): matmul would read them as a (B, k) matrix
+                db = xp.matmul(tb, a) if self.a_vec else xp.squeeze(xp.matmul(a, xp.expand_dims(tb, -1)), -1)
+            else:
+                db = xp.matmul(a, tb)
         return db if da is None else da if db is None else da + db
 
 
@@ -123,6 +128,7 @@ class Linear(KernelOp):
     kernel on CUDA, a BLAS-friendly sum on the CPU).
     """
     double_backward = False
+    batched_jvp = True
 
     def _fwd(self, impl, xp, x, w, b=None):
         if x.shape[-1] != w.shape[-1] or w.ndim != 2 or (b is not None and b.shape != (w.shape[0],)):
@@ -156,9 +162,9 @@ class Linear(KernelOp):
         x, w = ins[:2]
         tx, tw = ts[:2]
         tb = ts[2] if len(ts) > 2 else None
-        dy = xp.matmul(tx, xp.swapaxes(w, 0, 1)) if tx is not None else None
+        dy = xp.matmul(tx, xp.swapaxes(w, -1, -2)) if tx is not None else None
         if tw is not None:
-            d = xp.matmul(x, xp.swapaxes(tw, 0, 1))
+            d = xp.matmul(x, xp.swapaxes(tw, -1, -2))
             dy = d if dy is None else dy + d
         if tb is not None:
             dy = tb if dy is None else dy + tb

@@ -12,7 +12,7 @@ class Reshape(Op):
     """y = x viewed with a new shape.  VJP: gx = gy reshaped back.  ViewBackward0 as in torch."""
     linear = True
     double_backward = True
-    _name = "ViewBackward0"
+    node_name = "ViewBackward0"
 
     def forward(self, xp, x):
         self.in_shape = x.shape
@@ -24,6 +24,9 @@ class Reshape(Op):
 
     def backward(self, xp, gy):
         return gy.reshape(self.in_shape)
+
+    def jvp_batched(self, ts, out, batch):
+        return ts[0].reshape((batch, *out.shape))
 
 
 @register("permute")
@@ -43,6 +46,9 @@ class Permute(Op):
         for i, a in enumerate(self.axes):
             inverse[a] = i
         return xp.transpose(gy, tuple(inverse))
+
+    def jvp_batched(self, ts, out, batch):
+        return ts[0].permute((0, *(a + 1 for a in self.axes)))
 
 
 @register("expand")
@@ -70,6 +76,11 @@ class Expand(Op):
     def backward(self, xp, gy):
         return gy
 
+    def jvp_batched(self, ts, out, batch):
+        t = ts[0]
+        lead = out.ndim - (t.ndim - 1)  # the new leading axes go after the batch axis
+        return t.reshape((batch, *(1,) * lead, *t.shape[1:])).expand((batch, *out.shape))
+
 
 @register("squeeze")
 class Squeeze(Op):
@@ -91,6 +102,8 @@ class Squeeze(Op):
     def backward(self, xp, gy):
         return gy.reshape(self.in_shape)
 
+    jvp_batched = Reshape.jvp_batched
+
 
 @register("unsqueeze")
 class Unsqueeze(Op):
@@ -104,6 +117,8 @@ class Unsqueeze(Op):
 
     def backward(self, xp, gy):
         return gy.reshape(self.in_shape)
+
+    jvp_batched = Reshape.jvp_batched
 
 
 @register("index")
@@ -126,6 +141,11 @@ class Index(Op):
             xp.add.at(gx, self.key, gy)
         return gx
 
+    def jvp_batched(self, ts, out, batch):  # a basic key indexes the same way behind a leading batch axis
+        if not _is_basic(self.key):
+            return None
+        return ts[0][(slice(None),) + (self.key if isinstance(self.key, tuple) else (self.key,))]
+
 
 def _is_basic(key):
     keys = key if isinstance(key, tuple) else (key,)
@@ -140,7 +160,11 @@ class Cat(Op):
 
     def forward(self, xp, *xs):
         self.sizes = [x.shape[self.axis] for x in xs]
+        self.ndim = xs[0].ndim
         return xp.concatenate(xs, axis=self.axis)
+
+    def jvp_batched(self, ts, out, batch):
+        return Cat.apply(*ts, axis=self.axis % self.ndim + 1)
 
     def backward(self, xp, gy):
         out, start = [], 0
@@ -167,6 +191,9 @@ class Stack(Op):
 
     def backward(self, xp, gy):
         return tuple(gy[(slice(None),) * self.axis + (i,)] for i in range(gy.shape[self.axis]))
+
+    def jvp_batched(self, ts, out, batch):
+        return Stack.apply(*ts, axis=self.axis + 1)
 
 
 @register("gather")

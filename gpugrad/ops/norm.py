@@ -20,9 +20,7 @@ class LayerNorm(KernelOp):
     gw = Σ gy * xhat, gb = Σ gy over the leading axes.  The kernels see x as 2-D (rows, n).
     """
 
-    @classmethod
-    def backward_name(cls):
-        return "NativeLayerNormBackward0"  # torch's name for the same node
+    node_name = "NativeLayerNormBackward0"  # torch's name for the same node
 
     def _fwd(self, impl, xp, x, w=None, b=None):
         n = self.n

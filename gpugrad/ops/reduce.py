@@ -59,6 +59,9 @@ class Sum(_Reduce):
     def backward(self, xp, gy):
         return xp.broadcast_to(_keep(xp, gy, self.axes, self.keepdims), self.in_shape)
 
+    def jvp_batched(self, ts, out, batch):
+        return type(self).apply(ts[0], axis=tuple(a + 1 for a in self.axes), keepdims=self.keepdims)
+
 
 @register("mean")
 class Mean(_Reduce):
@@ -74,6 +77,8 @@ class Mean(_Reduce):
         if self.count == 0:  # NaN, as torch; NumPy's mean would warn "Mean of empty slice" on the way (nan * 0 is quiet)
             return xp.sum(x, axis=axes, keepdims=self.keepdims) * float("nan")
         return xp.mean(x, axis=axes, keepdims=self.keepdims)
+
+    jvp_batched = Sum.jvp_batched
 
     def backward(self, xp, gy):
         # max(count, 1): with nothing reduced, x (so gx) has no elements; gy / 0 would only warn

@@ -30,6 +30,7 @@ def _unrows(xp, y2, undo, ndim):
 
 class _RowOp(KernelOp):
     fwd = bwd = None
+    batched_jvp = True  # their JVPs reduce over the axis counted from the end
 
     def _output(self, xp):
         """Under create_graph: the output as a Tensor of this node (saved[0] is the output)."""
@@ -64,7 +65,7 @@ class Softmax(_RowOp):
     def _jvp(self, impl, xp, ins, out, ts):  # the Jacobian is symmetric: the VJP's formula on the tangent
         if self.ndim == 0:
             return ts[0] * 0.0
-        return out * (ts[0] - xp.sum(ts[0] * out, axis=self.undo[0], keepdims=True))
+        return out * (ts[0] - xp.sum(ts[0] * out, axis=self.undo[0] - self.ndim, keepdims=True))
 
 
 @register("log_softmax")
@@ -81,13 +82,14 @@ class LogSoftmax(_RowOp):
     def _jvp(self, impl, xp, ins, out, ts):  # t - Σ softmax(x) t (the row's d logsumexp)
         if self.ndim == 0:
             return ts[0] * 0.0
-        return ts[0] - xp.sum(xp.exp(out) * ts[0], axis=self.undo[0], keepdims=True)
+        return ts[0] - xp.sum(xp.exp(out) * ts[0], axis=self.undo[0] - self.ndim, keepdims=True)
 
 
 @register("logsumexp")
 class LogSumExp(KernelOp):
     """y = log Σ e^x over one axis (max-shifted for stability).  VJP: gx = gy * e^(x - y)."""
-    _name = "LogsumexpBackward0"
+    node_name = "LogsumexpBackward0"
+    batched_jvp = True
 
     def _fwd(self, impl, xp, x):
         x2, self.undo = _rows(xp, x, self.axis, self.op_name)
@@ -123,6 +125,6 @@ class LogSumExp(KernelOp):
         x, t = ins[0], ts[0]
         if self.ndim == 0:
             return t
-        axis = self.undo[0]
+        axis = self.undo[0] - self.ndim  # from the end: a batch of tangents (B, *x.shape) sums the same axis
         y = out if self.keepdims else xp.expand_dims(out, axis)
         return xp.sum(xp.exp(x - y) * t, axis=axis, keepdims=self.keepdims)

@@ -1,0 +1,319 @@
+"""Derivatives of whole functions, as ``torch.autograd.functional``: ``vjp``, ``jvp``, ``jacobian``, ``hessian``,
+``hvp`` and ``vhp`` take ``func`` and its ``inputs`` (a Tensor or a tuple of Tensors) and return results nested the
+way the inputs and outputs were (a Tensor where a Tensor was given, tuples where tuples were).
+
+    J = jacobian(f, x)                                  # reverse mode: one backward per output element
+    J = jacobian(f, x, vectorize=True)                  # reverse mode, all output elements in one backward
+    J = jacobian(f, x, vectorize=True, strategy="forward-mode")   # all input elements in one forward pass
+
+A full Jacobian of f: R^n -> R^m costs n forward-mode directions or m reverse-mode ones: forward mode wins when
+n < m, reverse mode when m < n (``gpugrad bench --modes`` measures where). ``jvp`` runs forward mode (tangents
+through ``Op.apply``), not torch's double-backward trick. ``vectorize=True`` in reverse mode is forward over
+reverse: the cotangent fed to the backward pass is a batched dual whose tangents are the basis vectors, so the
+tangent of the gradient is every row of J at once. ``hvp`` is reverse over forward: H v = grad_x(<grad f, v>),
+with <grad f, v> the tangent of f along v.
+"""
+from __future__ import annotations
+
+import itertools
+
+from gpugrad.autograd import forward_ad as fwd
+from gpugrad.autograd.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
+from gpugrad.backend import on
+
+__all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
+
+_OUT = "outputs of the user-provided function"
+_STRICT = {  # torch's messages, shortened
+    "outputs": "Output {i} of the user-provided function does not require gradients. This is not allowed in strict mode.",
+    "jacobian": "The jacobian of the user-provided function with respect to input {i} is independent of the input (a "
+                "linear function?). This is not allowed in strict mode.",
+    "back": "The output of the user-provided function is independent of input {i}. This is not allowed in strict mode.",
+    "back_trick": "Output {i} of the user-provided function is independent of the inputs. This is not allowed in "
+                  "strict mode.",
+    "double_back": "The jacobian of the user-provided function is independent of input {i}. This is not allowed in "
+                   "strict mode.",
+    "double_back_trick": "The hessian of the user-provided function is independent of input {i}. This is not allowed "
+                         "in strict mode.",
+}
+
+
+# ---- the plumbing torch's functions share ----------------------------------------------------------------------------
+def _as_tuple(x, what, fn):
+    """(was it a tuple, the Tensors as a tuple)."""
+    from gpugrad._tensor import Tensor
+
+    is_tuple = isinstance(x, tuple)
+    x = x if is_tuple else (x,)
+    for i, el in enumerate(x):
+        if not isinstance(el, Tensor):
+            which = f"the value at index {i}" if is_tuple else f"the given {what}"
+            raise TypeError(f"The {what} given to {fn} must be either a Tensor or a tuple of Tensors but {which} has "
+                            f"type {type(el)}.")
+    return is_tuple, x
+
+
+def _prep(xs, create_graph, need_graph):
+    """New Tensor objects, so ``func``'s inputs are told apart from the same tensors captured in its closure: a
+    differentiable view where create_graph keeps the caller's graph, else a detached leaf."""
+    return tuple(x.reshape(x.shape) if create_graph and x.requires_grad else x.detach().requires_grad_(need_graph)
+                 for x in xs)
+
+
+def _post(xs, create_graph):
+    """Results without history unless create_graph asked for it (nested tuples too)."""
+    return tuple(_post(x, create_graph) if isinstance(x, tuple) else x if create_graph else x.detach() for x in xs)
+
+
+def _unpack(res, is_tuple):
+    """Undo ``_as_tuple``: ``is_tuple`` is one flag, or (outer, inner) for a tuple of tuples."""
+    if isinstance(is_tuple, tuple):
+        res = res if is_tuple[1] else tuple(r[0] for r in res)
+        is_tuple = is_tuple[0]
+    return res if is_tuple else res[0]
+
+
+def _v(v, other, is_tuple, fn, create_graph):
+    """``v`` checked against the tensors it multiplies (None only where they are one single-element Tensor)."""
+    if v is None:
+        if len(other) != 1 or other[0].numel() != 1:
+            what = "user-provided function returns" if fn == "vjp" else "input to the user-provided function is"
+            raise RuntimeError(f"The vector v can only be None if the {what} a single Tensor with a single element.")
+        return None
+    _, v = _as_tuple(v, "v", fn)
+    if len(v) != len(other):
+        raise RuntimeError(f"v is a tuple of invalid length: should be {len(other)} but got {len(v)}." if is_tuple
+                           else "The given v should contain a single Tensor.")
+    for i, (a, b) in enumerate(zip(v, other)):
+        if a.shape != b.shape:
+            raise RuntimeError(f"{f'Entry {i} in ' if is_tuple else ''}v has invalid size: should be {b.shape} but "
+                               f"got {a.shape}.")
+    return _prep(v, create_graph, False)
+
+
+def _strict(xs, kind, strict):
+    for i, x in enumerate(xs if strict else ()):
+        if x is None or not x.requires_grad:
+            raise RuntimeError(_STRICT["back" if x is None else kind].format(i=i))
+
+
+def _fill(grads, refs, strict, create_graph, stage):
+    """None (independent of that input) -> zeros, or torch's error in strict mode."""
+    from gpugrad.creation import zeros_like
+
+    for i, g in enumerate(grads):
+        if strict and g is None:
+            raise RuntimeError(_STRICT[stage].format(i=i))
+        if strict and create_graph and not g.requires_grad:
+            raise RuntimeError(f"The {'hessian' if 'double' in stage else 'jacobian'} of the user-provided function "
+                               f"is independent of input {i}. This is not allowed in strict mode when "
+                               "create_graph=True.")
+    return tuple(zeros_like(r) if g is None else g for g, r in zip(grads, refs))
+
+
+def _grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None):
+    """``autograd.grad`` over the outputs that require grad (all None when none does)."""
+    from gpugrad.autograd import grad
+
+    pairs = [(o, g) for o, g in zip(outputs, grad_outputs or (None,) * len(outputs)) if o.requires_grad]
+    if not pairs:
+        return (None,) * len(inputs)
+    return grad(tuple(o for o, _ in pairs), inputs, tuple(g for _, g in pairs), retain_graph=retain_graph,
+                create_graph=create_graph, allow_unused=True)
+
+
+def _basis(ts):
+    """The identity of R^N (N: all elements of ``ts``) cut by columns into one (N, *t.shape) block per tensor: batched
+    tangents (or cotangents) that pick every element once."""
+    from gpugrad._tensor import Tensor
+
+    n, be = sum(t.numel() for t in ts), ts[0]._backend
+    with on(be):
+        eye = be.xp.eye(n)
+        starts = itertools.accumulate((t.numel() for t in ts), initial=0)
+        return [Tensor._wrap(eye[:, a:a + t.numel()].astype(t.dtype).reshape(n, *t.shape), be)
+                for a, t in zip(starts, ts)]
+
+
+def _rows(t, ts):
+    """``t``'s leading axis cut into one block of rows per tensor of ``ts`` (as many rows as it has elements)."""
+    starts = itertools.accumulate((x.numel() for x in ts), initial=0)
+    return [t[a:a + x.numel()] for a, x in zip(starts, ts)]
+
+
+# ---- the API ---------------------------------------------------------------------------------------------------------
+def vjp(func, inputs, v=None, create_graph=False, strict=False):
+    """(func(inputs), v^T J): one backward pass."""
+    with enable_grad():
+        is_in, inputs = _as_tuple(inputs, "inputs", "vjp")
+        inputs = _prep(inputs, create_graph, True)
+        is_out, outputs = _as_tuple(func(*inputs), _OUT, "vjp")
+        _strict(outputs, "outputs", strict)
+        v = _v(v, outputs, is_out, "vjp", create_graph)
+    with set_grad_enabled(create_graph or is_grad_enabled()):
+        res = _fill(_grad(outputs, inputs, v, create_graph), inputs, strict, create_graph, "back")
+    return _unpack(_post(outputs, create_graph), is_out), _unpack(_post(res, create_graph), is_in)
+
+
+def jvp(func, inputs, v=None, create_graph=False, strict=False):
+    """(func(inputs), J v): one forward pass carrying the tangents ``v``."""
+    from gpugrad.creation import ones_like, zeros_like
+
+    with enable_grad():
+        is_in, inputs = _as_tuple(inputs, "inputs", "jvp")
+        inputs = _prep(inputs, create_graph, create_graph or strict)  # a graph only where it is asked or checked
+        v = _v(v, inputs, is_in, "jvp", create_graph) or tuple(ones_like(x) for x in inputs)
+        with fwd.dual_level():
+            is_out, outputs = _as_tuple(func(*(fwd.make_dual(x, t) for x, t in zip(inputs, v))), _OUT, "jvp")
+            tangents = [fwd.unpack_dual(o).tangent for o in outputs]
+        _strict(outputs, "outputs", strict)
+        if strict:  # which inputs the outputs depend on: one backward pass, only here
+            _fill(_grad(outputs, inputs, tuple(zeros_like(o) for o in outputs), retain_graph=True), inputs, True,
+                  False, "back")
+        res = _fill(tangents, outputs, strict, create_graph, "back_trick")
+    return _unpack(_post(outputs, create_graph), is_out), _unpack(_post(res, create_graph), is_out)
+
+
+def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):
+    """d func(inputs) / d inputs: J[i][j] has shape outputs[i].shape + inputs[j].shape."""
+    if strategy not in ("forward-mode", "reverse-mode"):
+        raise AssertionError(f'Expected strategy to be either "forward-mode" or "reverse-mode", got {strategy!r}')
+    if strategy == "forward-mode" and (create_graph or strict or not vectorize):  # torch's errors, of its types
+        bad = "create_graph=True" if create_graph else "strict=True" if strict else "vectorize=False"
+        raise (RuntimeError if strict and not create_graph else NotImplementedError)(
+            f'jacobian: strategy="forward-mode" does not support {bad} (as in torch); it needs vectorize=True')
+    if strategy == "forward-mode":
+        return _jacfwd(func, inputs)
+    with enable_grad():
+        is_in, inputs = _as_tuple(inputs, "inputs", "jacobian")
+        inputs = _prep(inputs, create_graph, True)
+        is_out, outputs = _as_tuple(func(*inputs), _OUT, "jacobian")
+        _strict(outputs, "outputs", strict)
+        if vectorize and strict:
+            raise RuntimeError("jacobian: strict=True and vectorize=True are not supported together (as in torch)")
+        jac = (_jacrev_vectorized if vectorize else _jacrev)(outputs, inputs, create_graph, strict)
+    return _unpack(_post(jac, create_graph), (is_out, is_in))
+
+
+def _jacrev(outputs, inputs, create_graph, strict):
+    """One backward pass per output element (the graph retained between them)."""
+    from gpugrad.functional import stack
+
+    jac = []
+    for out in outputs:
+        rows, flat = [[] for _ in inputs], out.reshape(-1)
+        for k in range(out.numel()):
+            grads = _grad((flat[k],), inputs, None, create_graph, retain_graph=True)
+            for r, g in zip(rows, _fill(grads, inputs, strict, create_graph, "back")):
+                r.append(g)
+        jac.append(tuple(stack(r).reshape(*out.shape, *x.shape) for r, x in zip(rows, inputs)))
+    return tuple(jac)
+
+
+def _jacrev_vectorized(outputs, inputs, create_graph, strict):
+    """One backward pass for all output elements: forward mode over it, the cotangents u = 0 carrying the basis
+    vectors as B = (elements of the outputs) tangents. The gradient is linear in u, so its tangent is J^T e_k for
+    every k: the rows of J. create_graph=True always, so the backward runs on Tensors and carries the tangents."""
+    from gpugrad.creation import zeros, zeros_like
+
+    with fwd.dual_level():
+        us = tuple(fwd.make_batched_dual(zeros_like(o), b) for o, b in zip(outputs, _basis(outputs)))
+        try:
+            grads = _grad(outputs, inputs, us, create_graph=True, retain_graph=True)
+        except (NotImplementedError, RuntimeError) as e:
+            if isinstance(e, RuntimeError) and "create_graph" not in str(e):
+                raise
+            raise NotImplementedError(f"jacobian(vectorize=True) runs forward mode over the backward pass, which needs "
+                                      f"every op's double backward and JVP: {e}. Use vectorize=False.") from e
+        cols = [fwd.unpack_dual(g).tangent if g is not None else None for g in grads]
+    m = sum(o.numel() for o in outputs)
+    cols = [zeros(m, *x.shape, dtype=x.dtype, device=x.device) if c is None else c for c, x in zip(cols, inputs)]
+    per_input = [[r.reshape(*o.shape, *x.shape) for r, o in zip(_rows(c, outputs), outputs)]
+                 for c, x in zip(cols, inputs)]
+    return tuple(zip(*per_input))
+
+
+def _jacfwd(func, inputs):
+    """One forward pass whose tangents are the basis of all input elements: B = n directions at once."""
+    from gpugrad.creation import zeros
+
+    is_in, inputs = _as_tuple(inputs, "inputs", "jacobian")
+    inputs = tuple(x.detach() for x in inputs)  # no create_graph here: the tangents take the fast array path
+    with fwd.dual_level():
+        duals = [fwd.make_batched_dual(x, b) for x, b in zip(inputs, _basis(inputs))]
+        is_out, outputs = _as_tuple(func(*duals), _OUT, "jacobian")
+        tangents = [fwd.unpack_dual(o).tangent for o in outputs]
+    jac = []
+    for o, t in zip(outputs, tangents):
+        if t is None:
+            jac.append(tuple(zeros(*o.shape, *x.shape, dtype=o.dtype, device=o.device) for x in inputs))
+            continue  # the tangent's leading axis is the input element: moved last, as J's input axes are
+        jac.append(tuple(r.permute(*range(1, r.ndim), 0).reshape(*o.shape, *x.shape)
+                         for r, x in zip(_rows(t, inputs), inputs)))
+    return _unpack(_post(tuple(jac), False), (is_out, is_in))
+
+
+def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, outer_jacobian_strategy="reverse-mode"):
+    """The Jacobian of the gradient of a scalar ``func``: H[i][j] has shape inputs[i].shape + inputs[j].shape."""
+    is_in, inputs = _as_tuple(inputs, "inputs", "hessian")
+    if outer_jacobian_strategy not in ("forward-mode", "reverse-mode"):
+        raise AssertionError(f'Expected strategy to be either "forward-mode" or "reverse-mode", got '
+                             f'{outer_jacobian_strategy!r}')
+
+    def scalar(*x):
+        return _scalar(func(*x), "hessian", strict)[0].squeeze()
+
+    def gradient(*x):
+        if outer_jacobian_strategy == "forward-mode":  # keep the duals: _prep views them, detaching drops tangents
+            x = tuple(t.requires_grad_(True) for t in x)
+        g = jacobian(scalar, x, create_graph=True)
+        _strict(g, "jacobian", strict)
+        return g
+
+    res = jacobian(gradient, inputs, create_graph=create_graph, strict=strict, vectorize=vectorize,
+                   strategy=outer_jacobian_strategy)
+    return _unpack(res, (is_in, is_in))
+
+
+def _scalar(out, fn, strict):
+    """``out`` as a 1-tuple, checked to be the single single-element Tensor of a ``hessian``/``vhp``/``hvp``."""
+    is_out, outputs = _as_tuple(out, _OUT, fn)
+    _strict(outputs, "outputs", strict)
+    if is_out:
+        raise RuntimeError(f"The function given to {fn} should return a single Tensor")
+    if outputs[0].numel() != 1:
+        raise RuntimeError(f"The Tensor returned by the function given to {fn} should contain a single element")
+    return outputs
+
+
+def vhp(func, inputs, v=None, create_graph=False, strict=False):
+    """(func(inputs), v^T H): double backward."""
+    with enable_grad():
+        is_in, inputs = _as_tuple(inputs, "inputs", "vhp")
+        inputs = _prep(inputs, create_graph, True)
+        v = _v(v, inputs, is_in, "vhp", create_graph)
+        outputs = _scalar(func(*inputs), "vhp", strict)
+        jac = _grad(outputs, inputs, create_graph=True)
+        _strict(jac, "jacobian", strict)
+    with set_grad_enabled(create_graph or is_grad_enabled()):
+        res = _fill(_grad(jac, inputs, v, create_graph), inputs, strict, create_graph, "double_back")
+    return _post(outputs, create_graph)[0], _unpack(_post(res, create_graph), is_in)
+
+
+def hvp(func, inputs, v=None, create_graph=False, strict=False):
+    """(func(inputs), H v): reverse over forward. One forward pass carrying v gives <grad f, v> as the tangent of f
+    (recorded, since the inputs require grad); one backward of it gives H v."""
+    from gpugrad.creation import ones_like
+
+    with enable_grad():
+        is_in, inputs = _as_tuple(inputs, "inputs", "hvp")
+        inputs = _prep(inputs, create_graph, True)
+        v = _v(v, inputs, is_in, "hvp", create_graph) or tuple(ones_like(x) for x in inputs)
+        with fwd.dual_level():
+            outputs = _scalar(func(*(fwd.make_dual(x, t) for x, t in zip(inputs, v))), "hvp", strict)
+            tangent = fwd.unpack_dual(outputs[0]).tangent
+        if strict:  # torch's check that the gradient depends on the inputs: one more backward, only here
+            _strict(_grad(outputs, inputs, create_graph=True), "jacobian", True)
+        grads = _grad((tangent,), inputs, None, create_graph) if tangent is not None else (None,) * len(inputs)
+    res = _fill(grads, inputs, strict, create_graph, "double_back_trick")
+    return _post(outputs, create_graph)[0], _unpack(_post(res, create_graph), is_in)
