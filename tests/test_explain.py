@@ -9,6 +9,7 @@ import gpugrad
 import gpugrad.nn as nn
 from gpugrad.autograd import explain, record, trace
 from gpugrad.autograd import function as _function
+from test_engine import Cube  # a custom autograd.Function (x^3)
 from op_cases import CASES, case_inputs
 
 
@@ -217,18 +218,6 @@ def test_every_op_case_explains_with_the_gradients_backward_gives(case, k, tmp_p
     for x in xs:
         if x.grad is not None:
             np.testing.assert_allclose(r.of(x).grad, x.grad.numpy(), rtol=1e-12, atol=0, equal_nan=True)
-
-
-class Cube(gpugrad.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x * x
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved_tensors
-        return gy * 3 * x * x
 
 
 def test_custom_functions_and_named_intermediates():
