@@ -29,7 +29,7 @@ class LayerNorm(KernelOp):
         x2 = x.reshape(-1, n) if n else x.reshape(math.prod(x.shape[:-1]), 0)
         w1 = None if w is None else w.reshape(n)
         y, mean, rstd = impl.layer_norm_fwd(xp, x2, w1, None if b is None else b.reshape(n), self.eps)
-        self.shapes = (x.shape, None if w is None else w.shape)
+        self.shapes = (x.shape, w.shape if w is not None else None if b is None else b.shape)
         self.save_for_backward(x2, w1, mean, rstd)
         return y.reshape(x.shape)
 
