@@ -63,7 +63,7 @@ def run_gpugrad(data, config, device):
     x_train, y_train, x_test, y_test = data
     gpugrad.manual_seed(config["seed"])
     model = nn.MLP(list(SIZES), activation="relu").to(device)
-    init = {k: v.copy() for k, v in model.state_dict().items()}
+    init = {k: v.cpu().numpy().copy() for k, v in model.state_dict().items()}  # Tensors, as torch's
     opt = _optimizer(optim, model.parameters(), config)
     loader = DataLoader(TensorDataset(x_train, y_train), batch_size=config["batch_size"], shuffle=True,
                         seed=config["seed"], device=device)

@@ -7,14 +7,17 @@ import weakref
 import numpy as np
 
 from gpugrad.autograd.grad_mode import STATE
-from gpugrad.backend import backend_of, get_backend
+from gpugrad.backend import backend_of, get_backend, on
 from gpugrad.backend.deferred import raise_pending
 from gpugrad import ops as _ops
+from gpugrad import creation as _creation, dtypes as _dtypes
+from gpugrad.dtypes import DEFAULTS, Size, as_dtype, default_complex, is_dtype, of_array
 from gpugrad.ops.activation import POINTWISE_OPS, BiasAct, Dropout
 from gpugrad.ops.arith import Abs, Add, Clamp, Div, Maximum, Minimum, Mul, Neg, Pow, Sub, Where
 from gpugrad.ops.matmul import Matmul
 from gpugrad.ops.movement import Cat, Expand, Gather, Index, Permute, Reshape, Squeeze, Stack, Unsqueeze
 from gpugrad.ops.reduce import Max, Mean, Min, Std, Sum, Var
+from gpugrad.ops.rounding import Fmod, Remainder, RoundingDiv
 from gpugrad.ops.softmax import LogSoftmax, LogSumExp, Softmax
 
 
@@ -95,20 +98,23 @@ class Tensor:
     # -- data and metadata --------------------------------------------------------------------------------------
     @property
     def data(self):
-        """The underlying NumPy or CuPy array (shares memory; changes through it bypass autograd)."""
-        return self._data
+        """The same values as a tensor without a graph, sharing memory (as torch's): writes through it bypass
+        autograd's version checks. The raw NumPy/CuPy array is ``numpy()`` (CPU) or ``_data``."""
+        return _make(self._data, self._backend)
 
     @data.setter
-    def data(self, array):
-        be = backend_of(array)
-        self._data, self._backend = array, be
+    def data(self, value):
+        """Swap in another tensor's (or array's) memory; its shape and dtype may differ, as in torch."""
+        array = value._data if isinstance(value, Tensor) else value
+        self._data, self._backend = array, backend_of(array)
 
     @property
     def shape(self):
-        return self._data.shape
+        return Size(self._data.shape)
 
-    def size(self, axis=None):
-        return self._data.shape if axis is None else self._data.shape[axis]
+    def size(self, dim=None, **kw):
+        dim = _dim(dim, False, kw, "size")["axis"]
+        return self.shape if dim is None else self._data.shape[dim]
 
     @property
     def ndim(self):
@@ -119,7 +125,7 @@ class Tensor:
 
     @property
     def dtype(self):
-        return self._data.dtype
+        return of_array(self._data)
 
     @property
     def device(self):
@@ -128,6 +134,26 @@ class Tensor:
     @property
     def is_cuda(self):
         return self._backend.name == "cuda"
+
+    @property
+    def is_cpu(self):
+        return self._backend.name == "cpu"
+
+    def get_device(self):
+        """The CUDA device index, -1 on the CPU."""
+        return -1 if self._backend.name == "cpu" else self._backend.device.index
+
+    def is_floating_point(self):
+        return self._data.dtype.kind == "f"
+
+    def is_complex(self):
+        return self._data.dtype.kind == "c"
+
+    def element_size(self):
+        return self._data.dtype.itemsize
+
+    itemsize = property(element_size)
+    nbytes = property(lambda self: self._data.nbytes)
 
     def numel(self):
         return int(self._data.size)
@@ -156,9 +182,9 @@ class Tensor:
                 raise RuntimeError("requires_grad can only be turned off on a leaf; use .detach() for a "
                                    "non-leaf tensor")
             return self
-        if requires_grad and self.dtype.kind != "f":
-            raise TypeError(f"only floating-point tensors can require gradients, got {self.dtype}; "
-                            "convert with .float() first")
+        if requires_grad and self._data.dtype.kind != "f":  # NOTE: torch allows complex too; gpugrad has no complex VJPs
+            raise RuntimeError(f"Only Tensors of floating point dtype can require gradients, got {self.dtype}; "
+                               "convert with .float() first")
         if requires_grad and self._inference:
             raise RuntimeError("an inference tensor (made under inference_mode) cannot require grad; "
                                "make a copy with .clone() outside inference_mode")
@@ -193,6 +219,12 @@ class Tensor:
             raise RuntimeError("can't retain_grad on a tensor that does not require grad")
         if self._grad_fn is not None:
             self._grad_fn._retain = weakref.ref(self)
+
+    @property
+    def retains_grad(self):
+        """True on a non-leaf after ``retain_grad()`` (False on leaves, as torch)."""
+        fn = _function.fresh(self)._grad_fn
+        return fn is not None and fn._retain is not None and fn._retain() is self
 
     def register_hook(self, hook):
         """``hook(grad) -> Tensor or None`` runs when this tensor's gradient is computed; may replace it."""
@@ -239,21 +271,43 @@ class Tensor:
         return Copy.apply(self)
 
     # -- conversion ---------------------------------------------------------------------------------------------
-    def numpy(self):
-        if self.requires_grad:
+    def numpy(self, *, force=False):
+        """The CPU tensor's array (shared memory); ``force=True`` copies from any device, as torch."""
+        if not force and self.requires_grad:
             raise RuntimeError("can't call numpy() on a tensor that requires grad; use .detach().numpy()")
         raise_pending(self._backend)
-        return self._backend.to_host(self._data)
+        return self._backend.to_host(self._data) if force else self.__array__()
 
     def __array__(self, dtype=None, copy=None):
+        """NumPy's view of a CPU tensor (no copy). A CUDA tensor refuses, as torch's: copying it to the host is a
+        sync that should be written down (``.cpu()``)."""
+        if self._backend.name != "cpu":
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the "
+                            "tensor to host memory first.")
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        a = self._data if dtype is None else self._data.astype(dtype)
+        return a.copy() if copy and a is self._data else a
+
+    def __dlpack__(self, *args, **kwargs):
+        """Export the memory (zero copy) to any DLPack consumer: ``np.from_dlpack``, ``torch.from_dlpack``,
+        ``cupy.from_dlpack``."""
+        if self.requires_grad:
+            raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
         raise_pending(self._backend)
-        a = self._backend.to_host(self._data)
-        return a if dtype is None else a.astype(dtype)
+        return self._data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._data.__dlpack_device__()
+
+    def __format__(self, spec):
+        """``f"{loss:.4f}"`` formats a 0-d tensor's value, as torch; other tensors take no format spec."""
+        return format(self.item(), spec) if self._data.ndim == 0 else object.__format__(self, spec)
 
     def item(self):
         if self._data.size != 1:
-            raise ValueError(f"item(): only one-element tensors can be converted to a Python scalar, "
-                             f"got shape {self.shape}")
+            raise RuntimeError(f"item(): a Tensor with {self._data.size} elements cannot be converted to a Python "
+                               f"scalar (shape {list(self._data.shape)})")
         raise_pending(self._backend)  # also float(), int(), bool(), index()
         return self._data.reshape(()).item()
 
@@ -262,10 +316,16 @@ class Tensor:
         return self._backend.to_host(self._data).tolist()
 
     def __float__(self):
-        return float(self.item())
+        return float(self._scalar())
 
     def __int__(self):
-        return int(self.item())
+        return int(self._scalar())
+
+    def _scalar(self):
+        if self._data.size != 1:  # as torch: float() and int() raise ValueError where item() raises RuntimeError
+            raise ValueError(f"only one element tensors can be converted to Python scalars, got shape "
+                             f"{list(self._data.shape)}")
+        return self.item()
 
     def __bool__(self):
         if self._data.size != 1:
@@ -277,20 +337,26 @@ class Tensor:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
 
-    def to(self, device=None, dtype=None):
-        """Copy to another device and/or dtype (differentiable).  Returns self when nothing changes."""
-        if isinstance(device, (np.dtype, type)) and dtype is None:
-            device, dtype = None, device
+    def to(self, *args, device=None, dtype=None, non_blocking=False, copy=False):
+        """Copy to another device and/or dtype (differentiable), as torch: ``to(dtype)``, ``to(device, dtype)``,
+        ``to(other)`` (other's device and dtype). Returns self when nothing changes, unless ``copy=True``."""
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif is_dtype(a):
+                dtype = a
+            elif not isinstance(a, bool):  # a positional non_blocking
+                device = a
         out = self
-        if dtype is not None and np.dtype(dtype) != self.dtype:
-            out = Cast.apply(out, dtype=np.dtype(dtype))
+        if dtype is not None and as_dtype(dtype) != self._data.dtype:
+            out = Cast.apply(out, dtype=as_dtype(dtype).dtype)
         if device is not None:
             be = get_backend(device)
             if be is not out._backend:
                 if be.name == "cpu":
                     raise_pending(out._backend)
                 out = ToDevice.apply(out, source=out._backend, target=be)
-        return out
+        return out.clone() if copy and out is self else out
 
     def cpu(self):
         return self.to("cpu")
@@ -307,10 +373,51 @@ class Tensor:
     def long(self):
         return self.to(dtype=np.int64)
 
-    def type(self, dtype):
+    def int(self): return self.to(dtype=np.int32)
+    def short(self): return self.to(dtype=np.int16)
+    def char(self): return self.to(dtype=np.int8)
+    def byte(self): return self.to(dtype=np.uint8)
+    def bool(self): return self.to(dtype=np.bool_)
+    def half(self): return self.to(dtype=np.float16)
+
+    def contiguous(self, memory_format=None):
+        """Self if its memory is C-ordered, else a C-ordered copy (differentiable)."""
+        return self if self.is_contiguous() else Copy.apply(self, order="C")
+
+    def is_contiguous(self, memory_format=None):
+        return bool(self._data.flags.c_contiguous)
+
+    def type(self, dtype=None):
+        """``type()``: the legacy type name (``gpugrad.FloatTensor``, ``gpugrad.cuda.LongTensor``); ``type(dtype)``:
+        a cast."""
+        if dtype is None:
+            return f"gpugrad.{'cuda.' if self.is_cuda else ''}{_TYPE_NAMES.get(self._data.dtype.name, 'Unknown')}Tensor"
         return self.to(dtype=dtype)
 
     astype = type
+
+    # -- creation: new tensors with this one's dtype and device (torch's new_*), random fills ---------------------------
+    def _new_like(self, fn, *args, dtype=None, device=None, **kw):
+        return fn(*args, dtype=self.dtype if dtype is None else dtype, device=device or self.device, **kw)
+
+    def new_zeros(self, *size, **kw): return self._new_like(_creation.zeros, *size, **kw)
+    def new_ones(self, *size, **kw): return self._new_like(_creation.ones, *size, **kw)
+    def new_empty(self, *size, **kw): return self._new_like(_creation.empty, *size, **kw)
+    def new_full(self, size, fill_value, **kw): return self._new_like(_creation.full, size, fill_value, **kw)
+    def new_tensor(self, data, **kw): return self._new_like(_creation.tensor, data, **kw)
+
+    def normal_(self, mean=0.0, std=1.0, *, generator=None):
+        return self._random_fill("standard_normal", generator, lambda z: z * std + mean)
+
+    def uniform_(self, a=0.0, b=1.0, *, generator=None):
+        """Uniform draws in [a, b) (torch's ``from`` and ``to``)."""
+        return self._random_fill("random", generator, lambda u: u * (b - a) + a)
+
+    def _random_fill(self, draw, generator, scale):
+        d = _creation._floating(self.dtype, draw)
+        with on(self._backend):
+            z = scale(_creation._draw(draw, self._backend, generator, self._data.shape, d)).astype(d, copy=False)
+        return self.copy_(_make(z, self._backend))
 
     def __repr__(self):
         raise_pending(self._backend)
@@ -318,18 +425,24 @@ class Tensor:
         finite = host[np.isfinite(host)] if host.dtype.kind == "f" else host
         whole = host.dtype.kind != "f" or bool(np.all(finite == np.round(finite)))
         # torch prints 4 decimals unless every value is whole ("1., 2.")
-        body = np.array2string(host, separator=", ", precision=4, prefix="tensor(",
-                               floatmode="maxprec_equal" if whole else "fixed")
+        # NOTE: NumPy's 81 wraps rows where torch's linewidth of 80 does (8 four-decimal values a line, not 7)
+        body = np.array2string(host, separator=", ", precision=4, prefix="tensor(", max_line_width=81,
+                               floatmode="maxprec_equal" if whole else "fixed").replace(", ...,", ",  ...,")
         extras = []
         if self.device.type != "cpu":
             extras.append(f"device='{self.device}'")
-        if host.dtype not in (np.float32, np.int64, np.bool_):
-            extras.append(f"dtype={host.dtype}")
+        if host.dtype not in (DEFAULTS.float, default_complex(), np.int64, np.bool_):
+            extras.append(f"dtype={self.dtype}")
         if self._grad_fn is not None:
             extras.append(f"grad_fn=<{self._grad_fn.name()}>")
         elif self._requires_grad:
             extras.append("requires_grad=True")
-        return "tensor(" + ", ".join([body] + extras) + ")"
+        out = "tensor(" + body
+        last = len(out) - out.rfind("\n") + 1  # torch's count of the last line, kept exactly so lines break alike
+        for e in extras:  # each suffix on its own line where it would pass torch's 80 columns
+            wrap = last + len(e) + 2 > 80
+            out, last = out + (",\n       " if wrap else ", ") + e, (7 if wrap else last + 2) + len(e)
+        return out + ")"
 
     # -- helpers for the bindings below -------------------------------------------------------------------------
     def _other(self, other):
@@ -362,23 +475,40 @@ class Tensor:
     def add(self, o): return self + o
     def sub(self, o): return self - o
     def mul(self, o): return self * o
-    def div(self, o): return self / o
     def pow(self, o): return self ** o
     def neg(self): return Neg.apply(self)
     def matmul(self, o): return self @ o
-    def mm(self, o): return self @ o
-    def dot(self, o): return self @ o
     def abs(self): return Abs.apply(self)
     def square(self): return self * self
     def maximum(self, o): return Maximum.apply(self, self._other(o))
     def minimum(self, o): return Minimum.apply(self, self._other(o))
 
     def clamp(self, min=None, max=None):
+        """min(max(x, min), max); a Tensor bound gets the gradient where it binds (x beyond it), as in torch."""
         if min is None and max is None:
-            raise ValueError("clamp: at least one of min and max must be given")
-        return Clamp.apply(self, lo=min, hi=max)
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        if not isinstance(min, Tensor) and not isinstance(max, Tensor):
+            return Clamp.apply(self, lo=min, hi=max)
+        x = self if min is None else Where.apply(self._other(min), self, cond=(self < min)._data)
+        return x if max is None else Where.apply(self._other(max), x, cond=(x > max)._data)
 
     clip = clamp
+    def clamp_min(self, min): return self.clamp(min)
+    def clamp_max(self, max): return self.clamp(None, max)
+
+    # -- rounding division, integers staying integers: // and % as Python's, fmod as C's -------------------------------
+    def __floordiv__(self, o): return RoundingDiv.apply(self, self._other(o), mode="floor")
+    def __rfloordiv__(self, o): return RoundingDiv.apply(self._other(o), self, mode="floor")
+    def __mod__(self, o): return Remainder.apply(self, self._other(o))
+    def __rmod__(self, o): return Remainder.apply(self._other(o), self)
+    def fmod(self, o): return Fmod.apply(self, self._other(o))
+    floor_divide, remainder = __floordiv__, __mod__
+
+    def div(self, o, *, rounding_mode=None):
+        if rounding_mode not in (None, "trunc", "floor"):
+            raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                               f"{rounding_mode!r}")
+        return self / o if rounding_mode is None else RoundingDiv.apply(self, self._other(o), mode=rounding_mode)
 
     # -- comparisons: results carry no gradient ---------------------------------------------------------------------
     @_on_own_device
@@ -402,32 +532,51 @@ class Tensor:
     def __and__(self, o): return self._compare(o, lambda a, b: a & b)
     def __or__(self, o): return self._compare(o, lambda a, b: a | b)
 
-    @_on_own_device
-    def argmax(self, axis=None, keepdims=False):
-        return _make(self._backend.as_array(self._backend.xp.argmax(self._data, axis=axis, keepdims=keepdims)),
-                     self._backend)
+    def __xor__(self, o): return self._compare(o, lambda a, b: a ^ b)
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
 
     @_on_own_device
-    def argmin(self, axis=None, keepdims=False):
-        return _make(self._backend.as_array(self._backend.xp.argmin(self._data, axis=axis, keepdims=keepdims)),
-                     self._backend)
+    def _values(self, name, *others, **kw):
+        """``xp.<name>(data, *others, **kw)`` as a tensor without a graph: tests of values, logic, indices."""
+        args = [o._data if isinstance(o, Tensor) else o for o in map(self._other, others)]
+        return _make(self._backend.as_array(getattr(self._backend.xp, name)(self._data, *args, **kw)), self._backend)
 
-    # -- reductions -----------------------------------------------------------------------------------------------
-    def sum(self, axis=None, keepdims=False): return Sum.apply(self, axis=_axis(axis), keepdims=keepdims)
-    def mean(self, axis=None, keepdims=False): return Mean.apply(self, axis=_axis(axis), keepdims=keepdims)
-    def max(self, axis=None, keepdims=False): return Max.apply(self, axis=_axis(axis), keepdims=keepdims)
-    def min(self, axis=None, keepdims=False): return Min.apply(self, axis=_axis(axis), keepdims=keepdims)
-    amax, amin = max, min
+    def argmax(self, dim=None, keepdim=False, **kw): return self._values("argmax", **_dim(dim, keepdim, kw, "argmax"))
+    def argmin(self, dim=None, keepdim=False, **kw): return self._values("argmin", **_dim(dim, keepdim, kw, "argmin"))
+    def all(self, dim=None, keepdim=False, **kw): return self._values("all", **_dim(dim, keepdim, kw, "all"))
+    def any(self, dim=None, keepdim=False, **kw): return self._values("any", **_dim(dim, keepdim, kw, "any"))
 
-    def var(self, axis=None, keepdims=False, correction=1):
-        return Var.apply(self, axis=_axis(axis), keepdims=keepdims, correction=correction)
+    def count_nonzero(self, dim=None):
+        return self._values("count_nonzero", axis=_dim(dim, False, {}, "count_nonzero")["axis"])
 
-    def std(self, axis=None, keepdims=False, correction=1):
-        return Std.apply(self, axis=_axis(axis), keepdims=keepdims, correction=correction)
+    # -- reductions: torch's dim (an int or a tuple) and keepdim; NumPy's axis= / keepdims= work too, as in torch ------
+    def sum(self, dim=None, keepdim=False, *, dtype=None, **kw):
+        return Sum.apply(self._cast(dtype), **_dim(dim, keepdim, kw, "sum"))
 
-    def softmax(self, axis=-1): return Softmax.apply(self, axis=axis)
-    def log_softmax(self, axis=-1): return LogSoftmax.apply(self, axis=axis)
-    def logsumexp(self, axis=-1, keepdims=False): return LogSumExp.apply(self, axis=axis, keepdims=keepdims)
+    def mean(self, dim=None, keepdim=False, *, dtype=None, **kw):
+        x = self._cast(dtype)
+        if x._data.dtype.kind not in "fc":
+            raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                               f"complex dtype. Got: {x.dtype}; pass dtype= or call .float() first")
+        return Mean.apply(x, **_dim(dim, keepdim, kw, "mean"))
+
+    def amax(self, dim=(), keepdim=False, **kw): return Max.apply(self, **_dim(dim, keepdim, kw, "amax"))
+    def amin(self, dim=(), keepdim=False, **kw): return Min.apply(self, **_dim(dim, keepdim, kw, "amin"))
+
+    def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None, **kw):
+        return Var.apply(self, **_moment(dim, unbiased, keepdim, correction, kw, "var"))
+
+    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None, **kw):
+        return Std.apply(self, **_moment(dim, unbiased, keepdim, correction, kw, "std"))
+
+    def softmax(self, dim=-1, **kw): return Softmax.apply(self, axis=_dim(dim, False, kw, "softmax")["axis"])
+    def log_softmax(self, dim=-1, **kw): return LogSoftmax.apply(self, axis=_dim(dim, False, kw, "log_softmax")["axis"])
+
+    def logsumexp(self, dim=-1, keepdim=False, **kw):
+        return LogSumExp.apply(self, **_dim(dim, keepdim, kw, "logsumexp"))
+
+    def _cast(self, dtype):
+        return self if dtype is None else self.to(dtype=dtype)
 
     # -- movement -------------------------------------------------------------------------------------------------
     def reshape(self, *shape):
@@ -498,11 +647,11 @@ class Tensor:
 
     broadcast_to = expand
 
-    def squeeze(self, axis=None):
-        return self._reshaped_view(Squeeze.apply(self, axis=axis))
+    def squeeze(self, dim=None, **kw):
+        return self._reshaped_view(Squeeze.apply(self, axis=_dim(dim, False, kw, "squeeze")["axis"]))
 
-    def unsqueeze(self, axis):
-        return self._reshaped_view(Unsqueeze.apply(self, axis=axis))
+    def unsqueeze(self, dim=None, **kw):
+        return self._reshaped_view(Unsqueeze.apply(self, axis=_dim(dim, False, kw, "unsqueeze")["axis"]))
 
     def _reshaped_view(self, out):
         shape = out.shape
@@ -512,15 +661,15 @@ class Tensor:
         key = _index_key(key, self)
         if not _basic_key(key):
             return Index.apply(self, key=key)
-        keys = key if isinstance(key, tuple) else (key,)
+        keys, lone = (key if isinstance(key, tuple) else (key,)), isinstance(key, slice)
         if Ellipsis not in keys:
             key = keys + (Ellipsis,)  # x[0] of a 1-D array is a scalar copy; x[0, ...] is a 0-d view
-        return _view(Index.apply(self, key=key), self, lambda a: a[key])
+        return _view(Index.apply(self, key=key, lone_slice=lone), self, lambda a: a[key])
 
-    def gather(self, axis, index):
-        """torch.gather: ``out[i][j] = self[index[i][j]][j]`` for axis 0, and so on."""
+    def gather(self, dim=None, index=None, **kw):
+        """torch.gather: ``out[i][j] = self[index[i][j]][j]`` for dim 0, and so on."""
         idx = _index_array(index, self, "gather")
-        return Gather.apply(self, index=idx, axis=axis)
+        return Gather.apply(self, index=idx, axis=_dim(dim, False, kw, "gather")["axis"])
 
     def take_along_axis(self, index, axis):
         return self.gather(axis, index)
@@ -560,8 +709,7 @@ class Tensor:
             node = result._grad_fn
             if node is not None and hasattr(node, "unshare_saved"):
                 node.unshare_saved(self)  # it may have saved the buffer we are about to overwrite
-            _function.before_write(self)
-            self._backend.xp.copyto(self._data, result._data, casting="same_kind")
+            self._store(op, result)
             if self._base is None:
                 _function.rebase(self, node)
             else:
@@ -569,12 +717,18 @@ class Tensor:
         else:
             with _no_grad():
                 result = result_fn()
-            _function.before_write(self)
-            self._backend.xp.copyto(self._data, result._data, casting="same_kind")
+            self._store(op, result)
         if result._fw_grad is not None or self._fw_grad is not None:
             _forward_ad.write_tangent(self, result._fw_grad)
         self._version_counter[0] += 1
         return self
+
+    def _store(self, op, result):
+        if not _dtypes.can_cast(result._data.dtype, self._data.dtype):  # as torch: int += float refuses
+            raise RuntimeError(f"{op}: result type {result.dtype} can't be cast to the desired output type "
+                               f"{self.dtype}; compute out of place, or convert the tensor first (.float())")
+        _function.before_write(self)
+        self._backend.xp.copyto(self._data, result._data, casting="unsafe")
 
     def add_(self, o, alpha=1):
         o = self._other(o)
@@ -636,6 +790,11 @@ class Tensor:
             region.copy_(value)
             return
         self._inplace("__setitem__", lambda: _index_put(self, key, value), value, fits=False)
+
+
+_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long", "int32": "Int",
+               "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool", "complex64": "ComplexFloat",
+               "complex128": "ComplexDouble"}
 
 
 def _rebuild(cls, array, device, requires_grad):
@@ -705,8 +864,31 @@ def _write_through(view, value):
     _function._refresh_view(view)
 
 
-def _axis(axis):
-    return tuple(axis) if isinstance(axis, list) else axis
+def _dim(dim, keepdim, kw, op):
+    """torch's (dim, keepdim) as an op's (axis, keepdims): dim an int, a tuple or list, or None / () for all axes;
+    NumPy's names axis= and keepdims= are aliases (torch accepts them too)."""
+    for k in kw:
+        if k not in ("axis", "keepdims"):
+            raise TypeError(f"{op}() got an unexpected keyword argument '{k}'")
+        if k == "axis" and not (dim is None or dim == ()):
+            raise TypeError(f"{op}(): give dim or its alias axis, not both")
+    dim = kw.get("axis", dim)
+    dim = tuple(dim) if isinstance(dim, list) else dim
+    if not (dim is None or isinstance(dim, numbers.Integral) or isinstance(dim, tuple) and all(
+            isinstance(d, numbers.Integral) for d in dim)):
+        raise TypeError(f"{op}(): dim must be an int or a tuple of ints, got {type(dim).__name__} {dim!r}")
+    return {"axis": None if dim == () else dim, "keepdims": bool(kw.get("keepdims", keepdim))}
+
+
+def _moment(dim, unbiased, keepdim, correction, kw, op):
+    """var/std's arguments as torch takes them: (dim, unbiased, keepdim), a lone bool meaning unbiased, or
+    correction= (1: Bessel's, the default; 0: the population statistic)."""
+    if isinstance(dim, bool):  # x.var(False): torch's var(unbiased) overload
+        dim, unbiased = None, dim
+    if correction is not None and unbiased is not None:
+        raise TypeError(f"{op}(): give unbiased or correction, not both")
+    return dict(_dim(dim, keepdim, kw, op), correction=(1 if unbiased is None or unbiased else 0)
+                if correction is None else correction)
 
 
 def _basic_key(key):
@@ -750,6 +932,7 @@ def _index_put(t, key, value):
 from gpugrad.autograd import forward_ad as _forward_ad, function as _function  # noqa: E402
 
 _function._tensor_type, _function._make_tensor = Tensor, _make
+_dtypes.Tensor = Tensor  # promotion tells tensors from numbers
 
 
 def pointwise_function(op, decl, out_of_place=None):
@@ -775,6 +958,24 @@ def pointwise_function(op, decl, out_of_place=None):
 for _name, _op in POINTWISE_OPS.items():
     setattr(Tensor, _name, pointwise_function(_op, _op.decl))
     setattr(Tensor, _name + "_", pointwise_function(_op, _op.decl, out_of_place=True))
+
+
+def _gelu(suffix):
+    """Tensor.gelu(approximate='none') as torch: the exact erf form (op gelu_erf) or 'tanh' (op gelu)."""
+    ops = {"none": getattr(Tensor, "gelu_erf" + suffix), "tanh": getattr(Tensor, "gelu" + suffix)}
+
+    def gelu(self, approximate="none"):
+        if approximate not in ops:
+            raise RuntimeError(f"gelu: approximate argument must be either none or tanh, got {approximate!r}")
+        return ops[approximate](self)
+    gelu.__name__ = "gelu" + suffix
+    return gelu
+
+
+Tensor.gelu, Tensor.gelu_ = _gelu(""), _gelu("_")
+for _name in ("isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "logical_not", "logical_and",
+              "logical_or", "logical_xor"):  # tests of values and logic: no graph
+    setattr(Tensor, _name, lambda self, *other, _n=_name: self._values(_n, *other))
 
 # Cast / ToDevice / Copy / IndexPlace are registered ops too; they live here because they are about tensors
 # moving between dtypes, devices and buffers rather than about math.

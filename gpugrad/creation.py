@@ -1,25 +1,28 @@
-"""Tensor creation: ``tensor``, ``zeros``, ``ones``, ``full``, ``empty``, ``arange``, ``rand``, ``randn``, ..."""
+"""Tensor creation as torch: ``tensor``, ``zeros``, ``ones``, ``full``, ``empty``, ``eye``, ``arange``, ``linspace``,
+``logspace``, ``rand``, ``randn``, ``randint``, ``randperm``, ``normal``, their ``*_like`` forms, and ``from_dlpack``.
+
+Dtypes are inferred as torch infers them: Python floats take the default dtype (``set_default_dtype``), ints
+int64, bools bool; NumPy data keeps its dtype. Tensors go to the default device unless ``device=`` says otherwise.
+"""
 from __future__ import annotations
 
 import numbers
+import operator
 
 import numpy as np
 
 from gpugrad.backend import backend_of, get_backend, is_array, on
-from gpugrad.random import generator
+from gpugrad.dtypes import DEFAULTS, default_complex, to_np
+from gpugrad.random import generator as generator_of
 
-DEFAULT_FLOAT = np.dtype(np.float32)
-
-
-def _dtype(dtype):
-    return None if dtype is None else np.dtype(dtype)
+_PY_DEFAULTS = {np.dtype(np.float64): lambda: DEFAULTS.float, np.dtype(np.complex128): default_complex}
 
 
 def _to_array(data, dtype=None, device=None):
-    """(array, backend) for any array-like; Python floats default to float32 as in torch."""
+    """(array, backend) for any array-like, its dtype inferred as torch's ``tensor()`` does."""
     from gpugrad._tensor import Tensor
 
-    dtype = _dtype(dtype)
+    dtype = to_np(dtype)
     if isinstance(data, Tensor):
         data = data._data
     if is_array(data):
@@ -32,26 +35,30 @@ def _to_array(data, dtype=None, device=None):
         return array, be
     be = get_backend(device)
     host = np.asarray(data, dtype=dtype)
-    if dtype is None and host.dtype == np.float64 and not _has_numpy_floats(data):
-        host = host.astype(DEFAULT_FLOAT)  # Python floats are float32 unless asked otherwise, as in torch
-    if host.dtype == object:
-        raise TypeError(f"tensor(): cannot make a tensor from {type(data).__name__} data")
+    # NumPy holds ints beyond int64 as uint64 or objects; torch refuses them
+    if (host.dtype == object or host.dtype == np.uint64 and not _numpy_typed(data)) and any(
+            isinstance(v, int) and not -2**63 <= v < 2**63 for v in host.ravel().tolist()):
+        raise ValueError(f"tensor(): Overflow when unpacking long: {data!r} holds an integer out of int64's range")
+    if dtype is None and not _numpy_typed(data) and host.dtype in _PY_DEFAULTS:
+        host = host.astype(_PY_DEFAULTS[host.dtype]())  # Python floats (complex) take the default dtype, as in torch
+    if host.dtype.kind not in "biufc":
+        raise TypeError(f"tensor(): cannot make a tensor from {type(data).__name__} data (of NumPy type "
+                        f"{host.dtype}): expected numbers, nested lists of numbers or arrays")
     return (host if be.name == "cpu" else be.asarray(host)), be
 
 
-def _has_numpy_floats(data):
-    if isinstance(data, np.floating):
-        return data.dtype == np.float64
-    if isinstance(data, (list, tuple)) and data:
-        return _has_numpy_floats(data[0])
-    return False
+def _numpy_typed(data):
+    """NumPy scalars (np.float64(1.0), [np.float64(1.0)]) keep their dtype, as in torch."""
+    while isinstance(data, (list, tuple)) and data:
+        data = data[0]
+    return isinstance(data, np.generic)
 
 
-def tensor(data, dtype=None, device=None, requires_grad=False):
-    """A new leaf tensor holding a copy of ``data`` (list, scalar, NumPy/CuPy array or Tensor).
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A new leaf tensor holding a copy of ``data`` (nested lists, a number, a NumPy/CuPy array or a Tensor).
 
     >>> gpugrad.tensor([[1.0, 2.0]], requires_grad=True).shape
-    (1, 2)
+    gpugrad.Size([1, 2])
     """
     from gpugrad._tensor import Tensor
 
@@ -67,7 +74,7 @@ def as_tensor(data, dtype=None, device=None):
         return data.to(device=device, dtype=dtype) if (device or dtype) else data
     if is_array(data):
         src = backend_of(data)
-        if (device is None or get_backend(device) is src) and (dtype is None or np.dtype(dtype) == data.dtype):
+        if (device is None or get_backend(device) is src) and (dtype is None or to_np(dtype) == data.dtype):
             return _make(data, src)
     return tensor(data, dtype=dtype, device=device)
 
@@ -79,67 +86,211 @@ def from_numpy(array):
     return as_tensor(array, device="cpu")
 
 
+def from_dlpack(ext_tensor):
+    """A tensor sharing the memory of any DLPack producer: a NumPy or CuPy array, a torch tensor, a gpugrad Tensor
+    (zero copy). CPU data becomes a CPU tensor, CUDA data a CUDA tensor on its device."""
+    from gpugrad._tensor import Tensor
+
+    if isinstance(ext_tensor, Tensor):
+        return ext_tensor.detach()
+    if is_array(ext_tensor):
+        return as_tensor(ext_tensor)
+    if not hasattr(ext_tensor, "__dlpack_device__"):
+        raise TypeError(f"from_dlpack: expected an object with __dlpack__ and __dlpack_device__ (a tensor or array), "
+                        f"got {type(ext_tensor).__name__}")
+    kind, index = ext_tensor.__dlpack_device__()
+    if kind == 1:  # kDLCPU
+        return as_tensor(np.from_dlpack(ext_tensor))
+    if kind == 2:  # kDLCUDA
+        be = get_backend(f"cuda:{index}")
+        with on(be):
+            return as_tensor(be.xp.from_dlpack(ext_tensor))
+    raise RuntimeError(f"from_dlpack: DLPack device type {kind} is neither the CPU (1) nor CUDA (2)")
+
+
+def _size(size, op, keyword=None):
+    """torch's size arguments: f(2, 3), f((2, 3)), f([2, 3]), f(Size), f(size=(2, 3))."""
+    if keyword is not None:
+        size = (keyword,)
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    try:
+        shape = tuple(operator.index(s) for s in size)
+    except TypeError:
+        raise TypeError(f"{op}(): size must be a tuple of ints, got {tuple(size)!r}") from None
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"{op}(): Trying to create tensor with negative dimension: {list(shape)}")
+    return shape
+
+
 def _new(fill, shape, dtype, device, requires_grad):
     from gpugrad._tensor import _make
 
-    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
     be = get_backend(device)
     with on(be):
-        t = _make(fill(be, shape, _dtype(dtype) or DEFAULT_FLOAT), be)
+        t = _make(be.as_array(fill(be, shape, to_np(dtype) or DEFAULTS.float)), be)
     return t.requires_grad_() if requires_grad else t
 
 
-def zeros(*shape, dtype=None, device=None, requires_grad=False):
-    return _new(lambda be, s, d: be.xp.zeros(s, dtype=d), shape, dtype, device, requires_grad)
+def zeros(*shape, size=None, dtype=None, device=None, requires_grad=False):
+    return _new(lambda be, s, d: be.xp.zeros(s, dtype=d), _size(shape, "zeros", size), dtype, device, requires_grad)
 
 
-def ones(*shape, dtype=None, device=None, requires_grad=False):
-    return _new(lambda be, s, d: be.xp.ones(s, dtype=d), shape, dtype, device, requires_grad)
+def ones(*shape, size=None, dtype=None, device=None, requires_grad=False):
+    return _new(lambda be, s, d: be.xp.ones(s, dtype=d), _size(shape, "ones", size), dtype, device, requires_grad)
 
 
-def empty(*shape, dtype=None, device=None, requires_grad=False):
-    return _new(lambda be, s, d: be.xp.empty(s, dtype=d), shape, dtype, device, requires_grad)
+def empty(*shape, size=None, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    return _new(lambda be, s, d: be.xp.empty(s, dtype=d), _size(shape, "empty", size), dtype, device, requires_grad)
 
 
-def full(shape, fill_value, dtype=None, device=None, requires_grad=False):
-    if dtype is None and isinstance(fill_value, (bool, np.bool_)):
-        dtype = np.bool_
-    elif dtype is None and isinstance(fill_value, numbers.Integral):
-        dtype = np.int64
-    return _new(lambda be, s, d: be.xp.full(s, fill_value, dtype=d), (shape,), dtype, device, requires_grad)
+def _number_dtype(value):
+    """The dtype torch gives a Python number: bool, int64, the default float or complex dtype."""
+    return np.dtype(np.bool_) if isinstance(value, (bool, np.bool_)) else np.dtype(np.int64) if isinstance(
+        value, numbers.Integral) else DEFAULTS.float if isinstance(value, numbers.Real) else default_complex()
 
 
-def zeros_like(t, dtype=None, device=None, requires_grad=False):
-    return zeros(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    dtype = _number_dtype(fill_value) if dtype is None else dtype
+    return _new(lambda be, s, d: be.xp.full(s, fill_value, dtype=d), _size((size,), "full"), dtype, device,
+                requires_grad)
 
 
-def ones_like(t, dtype=None, device=None, requires_grad=False):
-    return ones(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
+    """The n x m identity (m defaults to n)."""
+    n, m = _size((n, n if m is None else m), "eye")
+    return _new(lambda be, s, d: be.xp.eye(n, m, dtype=d), (), dtype, device, requires_grad)
 
 
-def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
-    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
-
-
-def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    """Values from start (default 0) to end (excluded) by step: int64 when all three are integers, else the
+    default float dtype."""
     if end is None:
         start, end = 0, start
+    start, end, step = (v.item() if hasattr(v, "item") else v for v in (start, end, step))
+    if step == 0:
+        raise RuntimeError("arange: step must be nonzero")
+    if (end - start) * step < 0:
+        raise RuntimeError(f"arange: upper bound and lower bound inconsistent with step sign: start={start}, "
+                           f"end={end}, step={step}")
     is_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
-    dtype = _dtype(dtype) or (np.dtype(np.int64) if is_int else DEFAULT_FLOAT)
-    return _new(lambda be, s, d: be.xp.arange(start, end, step, dtype=d), ((),), dtype, device, requires_grad)
+    dtype = (np.int64 if is_int else DEFAULTS.float) if dtype is None else dtype
+    return _new(lambda be, s, d: be.xp.arange(start, end, step, dtype=d), (), dtype, device, requires_grad)
 
 
-def rand(*shape, dtype=None, device=None, requires_grad=False):
-    """Uniform [0, 1) samples from the device's generator (seeded by ``gpugrad.manual_seed``)."""
-    return _new(lambda be, s, d: generator(be).random(s, dtype=d), shape, dtype, device, requires_grad)
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
+    """``steps`` evenly spaced values from start to end (both included)."""
+    if steps < 0:
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    d = to_np(dtype) or DEFAULTS.float
+    # NOTE: computed in float64 and then cast (integer dtypes truncate, as torch's do)
+    return _new(lambda be, s, _: be.xp.linspace(start, end, steps).astype(d), (), d, device, requires_grad)
 
 
-def randn(*shape, dtype=None, device=None, requires_grad=False):
-    """Standard normal samples from the device's generator."""
-    return _new(lambda be, s, d: generator(be).standard_normal(s, dtype=d), shape, dtype, device, requires_grad)
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
+    """``steps`` values from base**start to base**end, evenly spaced on a log scale."""
+    d = to_np(dtype) or DEFAULTS.float
+    return _new(lambda be, s, _: (base ** linspace(start, end, steps, dtype=np.float64, device=be.device)._data)
+                .astype(d), (), d, device, requires_grad)
 
 
-def randint(low, high=None, size=(), dtype=np.int64, device=None):
+def _floating(dtype, op):
+    d = to_np(dtype) or DEFAULTS.float
+    if d.kind != "f":
+        raise NotImplementedError(f"{op}: draws floating-point values, got dtype {d}; use randint for integers")
+    return d
+
+
+def _draw(name, be, gen, s, d):
+    """NumPy's and CuPy's generators draw float32 and float64: float16 is drawn in float32 and rounded."""
+    return getattr(generator_of(be, gen), name)(s, dtype=d if d.itemsize >= 4 else np.float32).astype(d, copy=False)
+
+
+def rand(*shape, size=None, generator=None, dtype=None, device=None, requires_grad=False):
+    """Uniform [0, 1) samples from ``generator`` or the device's default generator (``gpugrad.manual_seed``)."""
+    return _new(lambda be, s, d: _draw("random", be, generator, s, d), _size(shape, "rand", size),
+                _floating(dtype, "rand"), device, requires_grad)
+
+
+def randn(*shape, size=None, generator=None, dtype=None, device=None, requires_grad=False):
+    """Standard normal samples from ``generator`` or the device's default generator."""
+    return _new(lambda be, s, d: _draw("standard_normal", be, generator, s, d), _size(shape, "randn", size),
+                _floating(dtype, "randn"), device, requires_grad)
+
+
+def randint(low=0, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """Integers in [low, high): ``randint(high, size)`` or ``randint(low, high, size)``; int64 by default."""
+    if size is None and isinstance(high, (tuple, list)):
+        low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
-    return _new(lambda be, s, d: generator(be).integers(low, high, size=s).astype(d), (size,), dtype, device, False)
+    if size is None:
+        raise TypeError("randint() missing the required argument 'size' (a tuple of ints)")
+    if low >= high:
+        raise RuntimeError(f"randint: expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    return _new(lambda be, s, d: generator_of(be, generator).integers(low, high, size=s).astype(d),
+                _size((size,), "randint"), np.int64 if dtype is None else dtype, device, requires_grad)
+
+
+
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """A random permutation of 0..n-1 (int64 by default)."""
+    if n < 0:
+        raise RuntimeError(f"randperm: n must be greater or equal to 0, got {n}")
+    # NOTE: the order of n uniform draws: CuPy's generators have no permutation()
+    return _new(lambda be, s, d: be.xp.argsort(generator_of(be, generator).random(n)).astype(d), (),
+                np.int64 if dtype is None else dtype, device, requires_grad)
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """Normal samples: ``normal(mean, std, size)`` with numbers, or Tensors ``mean``/``std`` (their broadcast
+    shape). As torch's, the result depends on Tensor means and stds with derivative 0 (no reparametrization)."""
+    from gpugrad._tensor import Tensor
+    from gpugrad.autograd.tensor_xp import depends
+
+    like = mean if isinstance(mean, Tensor) else std if isinstance(std, Tensor) else None
+    if like is None and size is None:
+        raise TypeError("normal(): give a size with float mean and std, or Tensor mean/std")
+    shape = np.broadcast_shapes(*(t.shape for t in (mean, std) if isinstance(t, Tensor))) if like is not None \
+        else _size((size,), "normal")
+    dtype = like.dtype if like is not None else dtype
+    z = randn(shape, generator=generator, dtype=dtype, device=like.device if like is not None else device)
+    y = (z * std + mean).detach()
+    for t in (mean, std):
+        y = depends(y, t) if isinstance(t, Tensor) and t.requires_grad else y
+    return y if like is not None else y.requires_grad_(requires_grad)
+
+
+def _like(fn, t, dtype, device, requires_grad, *args, **kwargs):
+    return fn(*args, t.shape, dtype=t.dtype if dtype is None else dtype, device=device or t.device,
+              requires_grad=requires_grad, **kwargs)
+
+
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False):
+    return _like(zeros, input, dtype, device, requires_grad)
+
+
+def ones_like(input, *, dtype=None, device=None, requires_grad=False):
+    return _like(ones, input, dtype, device, requires_grad)
+
+
+def empty_like(input, *, dtype=None, device=None, requires_grad=False):
+    return _like(empty, input, dtype, device, requires_grad)
+
+
+def rand_like(input, *, generator=None, dtype=None, device=None, requires_grad=False):
+    return _like(rand, input, dtype, device, requires_grad, generator=generator)
+
+
+def randn_like(input, *, generator=None, dtype=None, device=None, requires_grad=False):
+    return _like(randn, input, dtype, device, requires_grad, generator=generator)
+
+
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False):
+    return full(input.shape, fill_value, dtype=input.dtype if dtype is None else dtype, device=device or input.device,
+                requires_grad=requires_grad)
+
+
+def randint_like(input, low=0, high=None, *, generator=None, dtype=None, device=None, requires_grad=False):
+    return randint(low, high, input.shape, generator=generator, dtype=input.dtype if dtype is None else dtype,
+                   device=device or input.device, requires_grad=requires_grad)

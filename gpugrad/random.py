@@ -1,25 +1,124 @@
-"""Random number generators, one per device, all reseeded by :func:`manual_seed`."""
+"""Random number generators as torch has them: ``Generator`` objects (``generator=`` of ``rand``, ``randn``,
+``randint``, ``randperm``, ...), one default generator per device, all reseeded by :func:`manual_seed`.
+
+A CPU generator draws from NumPy's PCG64, a CUDA one from CuPy's generator on its device: the streams are not
+torch's (the same seed gives other numbers), but a seed always gives the same numbers in gpugrad."""
 from __future__ import annotations
 
-_SEED = None
-_generators: dict = {}
+import json
+import secrets
+
+DEFAULT_SEED = 67280421310721  # torch's seed at start-up: a fresh process draws the same numbers every run
+_SEED = DEFAULT_SEED
+_defaults: dict = {}
 
 
-def manual_seed(seed: int):
-    """Seed every device's generator (NumPy's PCG64 on the CPU, CuPy's on each CUDA device) for reproducible runs."""
-    global _SEED
-    _SEED = int(seed)
-    _generators.clear()
+class Generator:
+    """A random stream on one device: ``gpugrad.Generator().manual_seed(0)``; pass it as ``generator=``."""
+
+    def __init__(self, device="cpu"):
+        from gpugrad.backend.device import parse_device
+
+        self.device = parse_device(device)
+        self._seed, self._rng = DEFAULT_SEED, None
+
+    def manual_seed(self, seed):
+        if isinstance(seed, bool) or not isinstance(seed, int) and not hasattr(seed, "__index__"):
+            raise RuntimeError(f"manual_seed expected a long, but got {type(seed).__name__}")
+        self._seed, self._rng = int(seed) % 2**64, None  # negative seeds wrap around, as torch's
+        return self
+
+    def seed(self):
+        """Reseed from the OS's entropy; returns the new seed."""
+        self.manual_seed(secrets.randbits(63))
+        return self._seed
+
+    def initial_seed(self):
+        return self._seed
+
+    def rng(self):
+        """The NumPy (CPU) or CuPy (CUDA) generator behind it, made on its device."""
+        if self._rng is None:
+            from gpugrad.backend import get_backend, on
+
+            be = get_backend(self.device)
+            with on(be):
+                self._rng = be.xp.random.default_rng(self._seed)
+        return self._rng
+
+    def get_state(self):
+        """The state as a uint8 tensor (for ``set_state``); CPU generators only."""
+        from gpugrad.creation import tensor
+
+        self._cpu_only("get_state")
+        state = {"seed": self._seed, "bit_generator": self.rng().bit_generator.state}
+        return tensor(list(json.dumps(state).encode()), dtype="uint8", device="cpu")
+
+    def set_state(self, new_state):
+        self._cpu_only("set_state")
+        try:
+            state = json.loads(bytes(new_state.tolist()).decode())
+            self.manual_seed(state["seed"])
+            self.rng().bit_generator.state = state["bit_generator"]
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise RuntimeError(f"set_state: expected a state from Generator.get_state(), got {new_state!r}") from e
+        return self
+
+    def _cpu_only(self, what):
+        if self.device.type != "cpu":
+            raise RuntimeError(f"Generator.{what}: only CPU generators can save and restore their state in gpugrad; "
+                               f"this one is on {self.device}")
+
+    def __repr__(self):
+        return f"<gpugrad.Generator object on {self.device}>"
 
 
-def generator(backend):
-    """The generator of ``backend``'s device. CuPy keeps a generator's state on the device that made it, so each
-    GPU gets its own, made and used on that device."""
-    from gpugrad.backend import on
-
-    key = str(backend.device)
-    g = _generators.get(key)
+def default_generator_of(device):
+    g = _defaults.get(device)
     if g is None:
-        with on(backend):
-            g = _generators[key] = backend.xp.random.default_rng(_SEED)
+        g = _defaults[device] = Generator(device).manual_seed(_SEED)
     return g
+
+
+default_generator = default_generator_of(Generator("cpu").device)
+
+
+def manual_seed(seed):
+    """Seed every device's default generator (NumPy's PCG64 on the CPU, CuPy's on each CUDA device) for
+    reproducible runs; returns the CPU's default generator, as torch."""
+    global _SEED
+    default_generator.manual_seed(seed)
+    _SEED = default_generator.initial_seed()
+    for g in _defaults.values():
+        g.manual_seed(_SEED)
+    return default_generator
+
+
+def seed():
+    """Seed every default generator from the OS's entropy; returns the seed."""
+    return manual_seed(secrets.randbits(63)).initial_seed()
+
+
+def initial_seed():
+    return default_generator.initial_seed()
+
+
+def get_rng_state():
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state):
+    default_generator.set_state(new_state)
+
+
+def generator(backend, gen=None):
+    """The array-module generator to draw from on ``backend``: ``gen``'s (a Generator on that device type), else
+    the device's default. CuPy keeps a generator's state on the device that made it, so each GPU has its own."""
+    if gen is None:
+        return default_generator_of(backend.device).rng()
+    if not isinstance(gen, Generator):
+        raise TypeError(f"generator must be a gpugrad.Generator, got {type(gen).__name__}")
+    if gen.device.type != backend.device.type:
+        raise RuntimeError(f"Expected a '{backend.device.type}' device type for generator but found "
+                           f"'{gen.device.type}': make it with gpugrad.Generator(device='{backend.device}')")
+    return gen.rng()

@@ -54,6 +54,10 @@ __device__ __forceinline__ float log1p_(float x) { return log1pf(x); }
 __device__ __forceinline__ double log1p_(double x) { return log1p(x); }
 __device__ __forceinline__ float expm1_(float x) { return expm1f(x); }
 __device__ __forceinline__ double expm1_(double x) { return expm1(x); }
+__device__ __forceinline__ float erf_(float x) { return erff(x); }
+__device__ __forceinline__ double erf_(double x) { return erf(x); }
+__device__ __forceinline__ float erfc_(float x) { return erfcf(x); }
+__device__ __forceinline__ double erfc_(double x) { return erfc(x); }
 
 // Elements each thread keeps in registers per row chunk: 8 floats / 4 doubles (32 B). With 1024 threads that
 // caches 8192 float / 4096 double columns, so rows up to that size are read from DRAM exactly once, and the

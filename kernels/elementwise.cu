@@ -43,6 +43,27 @@ struct gelu {
     }
 };
 
+// gelu_erf, exact (torch's default approximate='none'): y = x/2 (1 + erf(x / sqrt 2)) = x Phi(x), in torch's order;
+// f' = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi), with Phi(x) = erfc(-x / sqrt 2) / 2 there (the same
+// value; NOTE: double erf beside exp spills registers in the unrolled kernels, erfc does not). Saves x.
+struct gelu_erf {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) {
+        return x * T(0.5) * (T(1) + gg::erf_(x * T(0.7071067811865476)));
+    }
+    template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T, T) {
+        const T cdf = T(0.5) * gg::erfc_(-x * T(0.7071067811865476));
+        return g * (cdf + x * (gg::exp_(T(-0.5) * x * x) * T(0.3989422804014327)));
+    }
+};
+
+// erf: f' = 2 / sqrt(pi) exp(-x^2). Saves x.
+struct erf {
+    template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return gg::erf_(x); }
+    template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T, T) {
+        return g * (T(1.1283791670955126) * gg::exp_(-(x * x)));
+    }
+};
+
 // sigmoid: y = 1 / (1 + exp(-x)) (exp overflow gives y = 0, no NaN); f' = y (1 - y). Saves y.
 struct sigmoid {
     template <typename T> static __device__ __forceinline__ T fwd(T x, T, T) { return T(1) / (T(1) + gg::exp_(-x)); }

@@ -1,82 +1,135 @@
 // kernels/loss.cu: softmax cross-entropy and the token log-probability, fused row kernels in a cupy.RawModule.
-// x C-contiguous (rows, cols) logits, t int64 (rows,) class ids; one block per row (grid.x = rows, block 32..1024
-// from kernels.py row_block). The two ops are one kernel pair with a sign: the loss is -log p[t] (sign = +1),
-// the log-probability is +log p[t] (sign = -1); neither forks the other's math.
-// NOTE: a target outside [0, cols) is never used as an index: its row's output (and gradient) is NaN, and the
-// forward records the failed check in the device's status words (common.cuh), which the host raises at its next
-// read of the device, so neither the launchers nor the op need a host sync.
+// x C-contiguous (rows, cols) logits, t int64 (rows,) class ids, w (cols,) class weights or null (all 1); one block
+// per row (grid.x = rows, block 32..1024 from kernels.py row_block). The two ops are one kernel pair with a sign: the
+// loss is -log p[t] (sign = +1), the log-probability is +log p[t] (sign = -1); neither forks the other's math.
+// Cross-entropy's options are torch's, as per-row and per-class terms: a row whose target equals `ignore` (when
+// `ignoring`) is ignored (loss 0, gradient 0, weight 0); w scales row r by w[t[r]]; label smoothing e mixes in the
+// uniform target: loss_r = (1 - e) w_t (-log p_t) + e / C * sum_c w_c (-log p_c).
+// NOTE: a target outside [0, cols) (and not ignored) is never used as an index: its row's output (and gradient) is
+// NaN, and the forward records the failed check in the device's status words (common.cuh), which the host raises
+// at its next read of the device, so neither the launchers nor the op need a host sync.
 #include "common.cuh"
 
-// forward: loss[r] = sign * (ls - (x[r, t[r]] - m)) = -sign * log_softmax(x)[r, t[r]], with m the row max and
-// ls = log(sum(exp(x[r] - m))) (torch's order of operations: x - lse would round ls to an ulp of m), and
-// lse[r] = m + ls (saved for backward), both (rows,). A row holding +inf is NaN (gg::softmax_sum), as in torch.
-// With divisor > 0 ('sum': 1, 'mean': rows) also total[0] = sum_r loss[r] / divisor, in one launch: the last block
-// to finish (gg::last_block) adds the rows in a fixed order, so the result does not depend on block timing.
-// divisor == 0 ('none'): total is not touched. If any t[r] is out of range, the last block records (site, min t,
-// max t) in status. One pass over x (online log-sum-exp). T float/double. Ops: cross_entropy (sign +1),
-// token_logprob (sign -1, divisor 0).
+// (weight of row r's target, 0 for an ignored or invalid row; whether the row is ignored; whether it is valid).
+template <typename T> struct XentRow {
+    T wt;
+    bool ignored, valid;
+};
+template <typename T>
+__device__ __forceinline__ XentRow<T> xent_row(long long tr, const T* __restrict__ w, int cols, long long ignoring,
+                                               long long ignore) {
+    XentRow<T> r;
+    r.ignored = ignoring && tr == ignore;
+    r.valid = r.ignored || (tr >= 0 && tr < cols);
+    r.wt = r.valid && !r.ignored ? (w ? w[tr] : T(1)) : T(0);
+    return r;
+}
+
+// forward: loss[r] = sign * ((1 - e) w_t (ls - (x[r, t[r]] - m)) + e / C (W ls - sum_c w_c (x[r, c] - m))),
+// W = sum_c w_c, with m the row max and ls = log(sum(exp(x[r] - m))) (torch's order of operations: x - lse would
+// round ls to an ulp of m); the smoothing sums cost a second pass over the row (chunk 0 from registers) only when
+// e != 0. lse[r] = m + ls (saved for backward), both (rows,). A row holding +inf is NaN (gg::softmax_sum), as in
+// torch. The last block to finish (gg::last_block) writes aux = (den, W), den the sum of the row weights w_t (the
+// mean's divisor, as torch's: ignored rows count 0), and with reduce > 0 ('sum' 1, 'mean' 2) total[0] = sum_r
+// loss[r] ('sum') or that over den ('mean'), adding the rows in a fixed order, so the result does not depend on
+// block timing. reduce == 0 ('none'): total is not touched. If any t[r] is invalid, the last block records (site,
+// min t, max t over the rows not ignored) in status. One pass over x (online log-sum-exp) without smoothing.
+// T float/double. Ops: cross_entropy (sign +1), token_logprob (sign -1, reduce 0, no weights, ignore or smoothing).
 template <typename T>
 __global__ void __launch_bounds__(1024)
-softmax_xent_fwd(const T* __restrict__ x, const long long* __restrict__ t, T* loss, T* __restrict__ lse, T* total,
-                 long long* status, long long ncols, double sign, double divisor, long long site) {
+softmax_xent_fwd(const T* __restrict__ x, const long long* __restrict__ t, const T* __restrict__ w, T* loss,
+                 T* __restrict__ lse, T* total, T* __restrict__ aux, long long* status, long long ncols, double sign,
+                 long long reduce, long long ignoring, long long ignore, double smoothing, long long site) {
     constexpr int K = gg::RowCache<T>::K;
     const int cols = (int)ncols;
     const T* xr = x + (long long)blockIdx.x * ncols;
+    const XentRow<T> row = xent_row(t[blockIdx.x], w, cols, ignoring, ignore);
     const long long tr = t[blockIdx.x];
-    const bool valid = tr >= 0 && tr < cols;
     T xt = T(0);
-    if (threadIdx.x == 0 && valid) xt = xr[tr];  // issued early: its latency overlaps the row reduction
+    if (threadIdx.x == 0 && row.valid && !row.ignored) xt = xr[tr];  // issued early: overlaps the row reduction
     T v[K], m, s;
     gg::row_lse(xr, cols, v, m, s);
+    T sw = T(0), ws = T(0);  // sum_c w_c (x_c - m) and W = sum_c w_c: the uniform target's terms
+    if (smoothing != 0.0) {  // uniform across the grid: every thread takes the reduction
+        const int step = K * blockDim.x;
+        for (int base = 0; base < cols; base += step) {
+            if (base > 0) gg::load_chunk(v, xr, base, cols, T(0));
+#pragma unroll
+            for (int j = 0; j < K; ++j) {
+                const int c = base + threadIdx.x + j * blockDim.x;
+                const T wc = c < cols ? (w ? w[c] : T(1)) : T(0);
+                if (c < cols) sw += wc * (v[j] - m), ws += wc;
+            }
+        }
+        gg::block_reduce_sum2(sw, ws);
+    }
     if (threadIdx.x == 0) {
         const T ls = gg::log_(gg::softmax_sum(m, s));
         lse[blockIdx.x] = m + ls;
-        loss[blockIdx.x] = valid ? T(sign) * (ls - (xt - m)) : gg::nan<T>();
+        T l = T(1.0 - smoothing) * row.wt * (ls - (xt - m));  // (1 - 0) * 1 * d is d exactly: no smoothing, no w
+        if (smoothing != 0.0) l += T(smoothing / (double)cols) * (ws * ls - sw);
+        loss[blockIdx.x] = !row.valid ? gg::nan<T>() : row.ignored ? T(0) : T(sign) * l;
     }
     unsigned long long invalid;
-    if (!gg::last_block(status, valid ? 0u : 1u, invalid)) return;
+    if (!gg::last_block(status, row.valid ? 0u : 1u, invalid)) return;
     const long long rows = gridDim.x;
-    if (divisor > 0) {
+    T den = T(0), wsum = T(0);
+    for (long long r = threadIdx.x; r < rows; r += blockDim.x) den += xent_row(t[r], w, cols, ignoring, ignore).wt;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) wsum += w ? w[c] : T(1);
+    gg::block_reduce_sum2(den, wsum);
+    if (threadIdx.x == 0) aux[0] = den, aux[1] = wsum;
+    if (reduce > 0) {
         const volatile T* rl = loss;  // written by other blocks: read past this SM's (non-coherent) L1
         T acc = T(0);
         for (long long r = threadIdx.x; r < rows; r += blockDim.x) acc += rl[r];
         acc = gg::block_reduce_sum(acc);
-        if (threadIdx.x == 0) total[0] = acc / T(divisor);
+        if (threadIdx.x == 0) total[0] = reduce == 2 ? acc / den : acc;
     }
     if (invalid) {  // block-uniform: the error names the target range seen, as the CPU's message does
         long long lo = gg::LL_MAX, hi = gg::LL_MIN;
         for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
-            lo = t[r] < lo ? t[r] : lo;
-            hi = t[r] > hi ? t[r] : hi;
+            const long long tr2 = t[r];
+            if (ignoring && tr2 == ignore) continue;
+            lo = tr2 < lo ? tr2 : lo;
+            hi = tr2 > hi ? tr2 : hi;
         }
         gg::block_reduce_minmax(lo, hi);
         if (threadIdx.x == 0) gg::report_range(status, site, lo, hi);
     }
 }
 
-// backward: gx[r, c] = sign * g_r * (exp(x[r, c] - lse[r]) - (c == t[r])) with g_r = gout[r] for 'none'
-// (divisor 0, gout (rows,)), else g_r = gout[0] / divisor (gout 0-d: the upstream gradient of the sum or mean, read
-// on the device). One pass, no reduction (lse is saved). T float/double. Ops: cross_entropy (sign +1),
-// token_logprob (sign -1).
+// backward: gx[r, c] = sign * g_r * (p_c a_r - (c == t[r]) b_r - e_r w_c), p = exp(x[r] - lse[r]), with
+// b_r = (1 - e) w_t, e_r = e / C and a_r = b_r + e_r W (W = aux[1]): the gradient of the forward's loss_r, 0 for an
+// ignored row; g_r = gout[r] for 'none' (reduce 0, gout (rows,)), gout[0] for 'sum' (1) and gout[0] / aux[0] for
+// 'mean' (2) (gout 0-d: the upstream gradient of the sum or mean, read on the device). One pass, no reduction (lse
+// and aux are saved). T float/double. Ops: cross_entropy (sign +1), token_logprob (sign -1).
 template <typename T>
 __global__ void __launch_bounds__(1024)
-softmax_xent_bwd(const T* __restrict__ x, const long long* __restrict__ t, const T* __restrict__ lse,
-                 const T* __restrict__ gout, T* __restrict__ gx, long long ncols, double sign, double divisor) {
+softmax_xent_bwd(const T* __restrict__ x, const long long* __restrict__ t, const T* __restrict__ w,
+                 const T* __restrict__ lse, const T* __restrict__ gout, const T* __restrict__ aux, T* __restrict__ gx,
+                 long long ncols, double sign, long long reduce, long long ignoring, long long ignore,
+                 double smoothing) {
     constexpr int K = gg::RowCache<T>::K;
     const int cols = (int)ncols, step = K * blockDim.x;
     const long long off = (long long)blockIdx.x * ncols;
     x += off, gx += off;  // this block's row
     const long long tr = t[blockIdx.x];
+    const XentRow<T> row = xent_row(tr, w, cols, ignoring, ignore);
     const T l = lse[blockIdx.x];
-    const T gr = divisor > 0 ? gout[0] / T(divisor) : gout[blockIdx.x];
-    const T g = (tr >= 0 && tr < cols) ? T(sign) * gr : gg::nan<T>();
+    const T gr = reduce == 0 ? gout[blockIdx.x] : reduce == 1 ? gout[0] : gout[0] / aux[0];
+    const T g = row.valid ? T(sign) * gr : gg::nan<T>();
+    const T b = T(1.0 - smoothing) * row.wt, e = row.ignored ? T(0) : T(smoothing / (double)cols);
+    const T a = smoothing != 0.0 ? b + e * aux[1] : b;
     for (int base = 0; base < cols; base += step) {
         T v[K];
         gg::load_chunk(v, x, base, cols, T(0));
 #pragma unroll
         for (int j = 0; j < K; ++j) {
             const int c = base + threadIdx.x + j * blockDim.x;
-            if (c < cols) gx[c] = g * (gg::exp_(v[j] - l) - (c == tr ? T(1) : T(0)));
+            if (c >= cols) continue;
+            const T wc = smoothing != 0.0 && w ? w[c] : T(1);  // e = 0 without smoothing: - e wc is exact
+            const T d = gg::exp_(v[j] - l) * a - (c == tr ? b : T(0)) - e * wc;
+            gx[c] = row.ignored ? T(0) : g * d;
         }
     }
 }

@@ -1,20 +1,23 @@
 // kernels/optim.cu: fused optimizer steps, in place, T in {float, double}. Two launch forms share the element math:
 // - per tensor (sgd_update_, adam_update_): one C-contiguous buffer of n elements, the hyperparameters by value;
-// - multi-tensor (sgd_multi_update_, adam_multi_update_), PyTorch's fused-optimizer design: up to GG_MT_SLOTS
+// - multi-tensor (sgd_, adam_, rmsprop_, adagrad_multi_update_), PyTorch's fused-optimizer design: up to GG_MT_SLOTS
 //   tensors per launch, their pointers and sizes passed as kernel arguments (as torch's multi_tensor_apply does), so
 //   nothing is copied to the device when a gradient buffer is new (zero_grad() to None) and a captured CUDA graph
 //   holds everything the step needs; the hyperparameters are read from a small device array (`hyper`) and Adam's
-//   step counts live on the device and are advanced by the kernel, so a graph replay sees LR schedules and counts.
+//   and Adagrad's step counts live on the device and are advanced by the kernel, so a graph replay sees LR schedules
+//   and counts. `maximize` (the last hyper entry) negates the gradient first, as torch's maximize=True.
 // Launch: block 256, grid min(ceil(total / 256), 4096) (at least 1), total = the elements of all tensors; each thread
 // grid-strides over the tensors laid end to end (slot_start), so all threads get the same share whatever the sizes.
 // Scalars are rounded to T once, as torch does for its float kernels (opmath = T here); runtime flags (momentum,
 // nesterov, ...) are uniform branches: one instantiation per dtype.
 #include "common.cuh"
 
-// Tensors per multi-tensor launch: = kernels.py _MT_SLOTS. Each slot is 5 (SGD) or 6 (Adam) 8-byte arguments, so 16
+// Tensors per multi-tensor launch: = kernels.py _MT_SLOTS. Each slot is at most 7 (Adam) 8-byte arguments, so 16
 // slots stay far below the 4 KB parameter limit; models with more parameters take ceil(n / 16) launches.
 #define GG_MT_SLOTS 16
 #define GG_MT_EACH(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define GG_COUNT(k) \
+    if (step##k) *step##k += 1;
 #define GG_MT_LIST(X) \
     X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15)
 
@@ -26,23 +29,39 @@ __device__ __forceinline__ long long slot_start(long long offset) {
     return r < 0 ? r + stride : r;
 }
 
-// ---- SGD, torch.optim.SGD semantics (maximize=False) ----------------------------------------------------------
-// d = g + wd * p (wd != 0); with a momentum buffer b: b = d on the first step, else momentum * b + (1 - dampening) * d,
-// d = nesterov ? d + momentum * b : b; then p = p - lr * d.
+// Whether this block is the last of the launch to finish: each block takes a ticket once all its threads are done
+// reading the step counts, so the last one can advance them. `ticket` (uint32) is 0 between launches: atomicInc
+// wraps it back to 0 at the last block, so a graph replay finds it ready. Call from every thread of the block.
+__device__ __forceinline__ bool last_block(unsigned int* ticket) {
+    __shared__ bool last;
+    __syncthreads();  // every thread of this block is done reading the step counts
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1;
+    }
+    __syncthreads();
+    return last && threadIdx.x == 0;
+}
+
+// ---- SGD, torch.optim.SGD semantics ----------------------------------------------------------------------------
+// d = -g (maximize) or g; d = d + wd * p (wd != 0); with a momentum buffer b: b = d on the first step, else
+// momentum * b + (1 - dampening) * d, d = nesterov ? d + momentum * b : b; then p = p - lr * d.
 template <typename T> struct SgdScalars {
     T neg_lr, mom, keep, wd;
-    bool decay, nesterov;
+    bool decay, nesterov, maximize;
 };
 
 template <typename T>
 __device__ __forceinline__ SgdScalars<T> sgd_scalars(double lr, double momentum, double dampening, double weight_decay,
-                                                     bool nesterov) {
-    return SgdScalars<T>{T(-lr), T(momentum), T(1.0 - dampening), T(weight_decay), weight_decay != 0.0, nesterov};
+                                                     bool nesterov, bool maximize = false) {
+    return SgdScalars<T>{T(-lr), T(momentum), T(1.0 - dampening), T(weight_decay), weight_decay != 0.0, nesterov,
+                         maximize};
 }
 
 // One element; b is null without momentum. Returns the new p.
 template <typename T>
 __device__ __forceinline__ T sgd_elem(T pi, T d, T* b, bool first, const SgdScalars<T>& s) {
+    if (s.maximize) d = -d;
     if (s.decay) d = d + s.wd * pi;
     if (b != nullptr) {
         const T bi = first ? d : s.mom * *b + s.keep * d;
@@ -63,15 +82,15 @@ sgd_update_(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf, lon
     GG_GRID_STRIDE_LOOP(i, n) p[i] = sgd_elem(p[i], g[i], use_buf ? buf + i : nullptr, first_step != 0, s);
 }
 
-// hyper = [lr, momentum, dampening, weight_decay, nesterov (0/1)] (double, on the device). Slot k: parameter p,
-// gradient g, momentum buffer b (null: no momentum in this launch), n elements, first (b = d: the tensor's first step).
-// Unused slots have n = 0. Op: optim.SGD.step.
+// hyper = [lr, momentum, dampening, weight_decay, nesterov (0/1), maximize (0/1)] (double, on the device). Slot k:
+// parameter p, gradient g, momentum buffer b (null: no momentum in this launch), n elements, first (b = d: the
+// tensor's first step). Unused slots have n = 0. Op: optim.SGD.step.
 #define GG_SGD_SLOT(k) \
     T* __restrict__ p##k, const T* __restrict__ g##k, T* __restrict__ b##k, long long n##k, long long first##k
 template <typename T>
 __global__ void __launch_bounds__(256)
 sgd_multi_update_(const double* __restrict__ hyper, GG_MT_LIST(GG_SGD_SLOT)) {
-    const SgdScalars<T> s = sgd_scalars<T>(hyper[0], hyper[1], hyper[2], hyper[3], hyper[4] != 0.0);
+    const SgdScalars<T> s = sgd_scalars<T>(hyper[0], hyper[1], hyper[2], hyper[3], hyper[4] != 0.0, hyper[5] != 0.0);
     long long offset = 0;
 #define GG_SGD_RUN(k)                                                                                  \
     for (long long i = slot_start(offset); i < n##k; i += (long long)blockDim.x * gridDim.x)           \
@@ -82,33 +101,38 @@ sgd_multi_update_(const double* __restrict__ hyper, GG_MT_LIST(GG_SGD_SLOT)) {
 }
 #undef GG_SGD_SLOT
 
-// ---- Adam / AdamW, torch.optim.Adam(W) semantics (amsgrad=False, maximize=False) ------------------------------
-// L2 (decoupled = 0): g = g + wd * p;  AdamW (decoupled = 1): p = p * (1 - lr * wd);
+// ---- Adam / AdamW, torch.optim.Adam(W) semantics ---------------------------------------------------------------
+// g = -g (maximize); L2 (decoupled = 0): g = g + wd * p;  AdamW (decoupled = 1): p = p * (1 - lr * wd);
 // m = lerp(m, g, 1 - beta1) (torch's two-sided lerp formula); v = v * beta2 + (1 - beta2) * g * g;
+// amsgrad: vmax = max(vmax, v), read in place of v below;
 // p = p - step_size * (m / (sqrt(v) / sqrt(bc2) + eps)), step_size = lr / bc1, bc_k = 1 - beta_k^step (step >= 1).
 template <typename T> struct AdamScalars {
     T w1, b2, w2, eps, wd, decay, neg_step, bc2_sqrt;
-    bool use_wd, decoupled;
+    bool use_wd, decoupled, maximize;
 };
 
 template <typename T>
 __device__ __forceinline__ AdamScalars<T> adam_scalars(double beta1, double beta2, double eps, double weight_decay,
                                                        double decay, bool decoupled, double step_size,
-                                                       double bc2_sqrt) {
-    return AdamScalars<T>{T(1.0 - beta1), T(beta2),    T(1.0 - beta2), T(eps), T(weight_decay), T(decay),
-                          T(-step_size),  T(bc2_sqrt), weight_decay != 0.0, decoupled};
+                                                       double bc2_sqrt, bool maximize = false) {
+    return AdamScalars<T>{T(1.0 - beta1), T(beta2),    T(1.0 - beta2),      T(eps),     T(weight_decay), T(decay),
+                          T(-step_size),  T(bc2_sqrt), weight_decay != 0.0, decoupled, maximize};
 }
 
+// vmax: the element's amsgrad maximum, null without amsgrad.
 template <typename T>
-__device__ __forceinline__ void adam_elem(T& p, T g, T& m, T& v, const AdamScalars<T>& s) {
+__device__ __forceinline__ void adam_elem(T& p, T g, T& m, T& v, T* vmax, const AdamScalars<T>& s) {
     T pi = p, mi = m, vi = v;
+    if (s.maximize) g = -g;
     if (s.use_wd) {
         if (s.decoupled) pi = pi * s.decay;
         else g = g + s.wd * pi;
     }
     mi = s.w1 < T(0.5) ? mi + s.w1 * (g - mi) : g - (g - mi) * (T(1) - s.w1);
     vi = vi * s.b2 + s.w2 * g * g;
-    p = pi + s.neg_step * (mi / (gg::sqrt_(vi) / s.bc2_sqrt + s.eps));
+    T vd = vi;
+    if (vmax != nullptr) *vmax = vd = (vi != vi || *vmax < vi) ? vi : *vmax;  // NaN propagates, as torch.maximum
+    p = pi + s.neg_step * (mi / (gg::sqrt_(vd) / s.bc2_sqrt + s.eps));
     m = mi;
     v = vi;
 }
@@ -131,17 +155,16 @@ adam_update_(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* _
              double step_size, double bc2_sqrt) {
     const AdamScalars<T> s =
         adam_scalars<T>(beta1, beta2, eps, weight_decay, decay, decoupled != 0, step_size, bc2_sqrt);
-    GG_GRID_STRIDE_LOOP(i, n) adam_elem(p[i], g[i], m[i], v[i], s);
+    GG_GRID_STRIDE_LOOP(i, n) adam_elem(p[i], g[i], m[i], v[i], (T*)nullptr, s);
 }
 
-// hyper = [lr, beta1, beta2, eps, weight_decay] (double, on the device). Slot k: parameter p, gradient g, moments m
-// and v, its step count (int64, the steps taken so far: this step is *step + 1), n elements; unused slots have n = 0
-// and a null step. Every tensor's count is advanced by one, by the last block to finish: each block reads the counts
-// before it takes its ticket, so none can see a count that is already advanced. `ticket` (uint32) is 0 between
-// launches: atomicInc wraps it back to 0 at the last block, so a graph replay finds it ready. Op: optim.Adam(W).step.
+// hyper = [lr, beta1, beta2, eps, weight_decay, maximize] (double, on the device). Slot k: parameter p, gradient g,
+// moments m and v, the amsgrad maximum vmax (null without amsgrad), its step count (int64, the steps taken so far:
+// this step is *step + 1), n elements; unused slots have n = 0 and a null step. Every tensor's count is advanced by
+// one, by the last block to finish (last_block). Op: optim.Adam(W).step.
 #define GG_ADAM_SLOT(k)                                                                                     \
     T* __restrict__ p##k, const T* __restrict__ g##k, T* __restrict__ m##k, T* __restrict__ v##k,           \
-        long long* __restrict__ step##k, long long n##k
+        T* __restrict__ vmax##k, long long* __restrict__ step##k, long long n##k
 template <typename T>
 __global__ void __launch_bounds__(256)
 adam_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict__ ticket, long long decoupled,
@@ -150,7 +173,7 @@ adam_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict__ 
     const double weight_decay = hyper[4];
     // decay = 1 - lr * wd in double, as the host computes it for adam_update_; step_size and bc2_sqrt per tensor below
     AdamScalars<T> s = adam_scalars<T>(beta1, beta2, hyper[3], weight_decay, 1.0 - lr * weight_decay, decoupled != 0,
-                                       0.0, 1.0);
+                                       0.0, 1.0, hyper[5] != 0.0);
     long long offset = 0;
     // the corrections (two pow) only for tensors this thread has elements of
 #define GG_ADAM_RUN(k)                                                                                 \
@@ -158,23 +181,94 @@ adam_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict__ 
         long long i = slot_start(offset);                                                              \
         if (i < n##k) adam_corrections(s, lr, beta1, beta2, *step##k + 1);                             \
         for (; i < n##k; i += (long long)blockDim.x * gridDim.x)                                       \
-            adam_elem(p##k[i], g##k[i], m##k[i], v##k[i], s);                                          \
+            adam_elem(p##k[i], g##k[i], m##k[i], v##k[i], vmax##k ? vmax##k + i : nullptr, s);         \
         offset += n##k;                                                                                \
     }
     GG_MT_EACH(GG_ADAM_RUN)
 #undef GG_ADAM_RUN
-    __shared__ bool last;
-    __syncthreads();  // every thread of this block is done reading the step counts
-    if (threadIdx.x == 0) {
-        __threadfence();
-        last = atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (last && threadIdx.x == 0) {
-#define GG_ADAM_COUNT(k) \
-    if (step##k) *step##k += 1;
-        GG_MT_EACH(GG_ADAM_COUNT)
-#undef GG_ADAM_COUNT
-    }
+    if (last_block(ticket)) { GG_MT_EACH(GG_COUNT) }
 }
 #undef GG_ADAM_SLOT
+
+// ---- RMSprop, torch.optim.RMSprop semantics -------------------------------------------------------------------------
+// g = -g (maximize); g = g + wd * p; sq = sq * alpha + (1 - alpha) * g * g;
+// centered: ga = lerp(ga, g, 1 - alpha), avg = sqrt(sq - ga * ga) + eps; else avg = sqrt(sq) + eps;
+// momentum buffer b: b = momentum * b + g / avg, p = p - lr * b; else p = p - lr * g / avg.
+// hyper = [lr, alpha, eps, weight_decay, momentum, maximize] (double, on the device). Slot k: parameter p, gradient g,
+// square average sq, gradient average ga (null unless centered), momentum buffer b (null without momentum), n
+// elements. (torch's step count is informational for RMSprop: the optimizer keeps it on the host.)
+// Op: optim.RMSprop.step.
+#define GG_RMSPROP_SLOT(k)                                                                                  \
+    T* __restrict__ p##k, const T* __restrict__ g##k, T* __restrict__ sq##k, T* __restrict__ ga##k,         \
+        T* __restrict__ b##k, long long n##k
+template <typename T>
+__global__ void __launch_bounds__(256)
+rmsprop_multi_update_(const double* __restrict__ hyper, GG_MT_LIST(GG_RMSPROP_SLOT)) {
+    const T neg_lr = T(-hyper[0]), alpha = T(hyper[1]), w = T(1.0 - hyper[1]), eps = T(hyper[2]), wd = T(hyper[3]);
+    const T mom = T(hyper[4]);
+    const bool decay = hyper[3] != 0.0, maximize = hyper[5] != 0.0;
+    long long offset = 0;
+#define GG_RMSPROP_RUN(k)                                                                                      \
+    for (long long i = slot_start(offset); i < n##k; i += (long long)blockDim.x * gridDim.x) {                 \
+        T g = maximize ? -g##k[i] : g##k[i], p = p##k[i];                                                      \
+        if (decay) g = g + wd * p;                                                                             \
+        const T sq = sq##k[i] * alpha + w * g * g;                                                             \
+        sq##k[i] = sq;                                                                                         \
+        T var = sq;                                                                                            \
+        if (ga##k) {                                                                                           \
+            const T gi = ga##k[i], ga = w < T(0.5) ? gi + w * (g - gi) : g - (g - gi) * (T(1) - w);            \
+            ga##k[i] = ga;                                                                                     \
+            var = sq - ga * ga;                                                                                \
+        }                                                                                                      \
+        const T avg = gg::sqrt_(var) + eps;                                                                    \
+        if (b##k) {                                                                                            \
+            const T b = b##k[i] * mom + g / avg;                                                               \
+            b##k[i] = b;                                                                                       \
+            p##k[i] = p + neg_lr * b;                                                                          \
+        } else {                                                                                               \
+            p##k[i] = p + neg_lr * (g / avg);                                                                  \
+        }                                                                                                      \
+    }                                                                                                          \
+    offset += n##k;
+    GG_MT_EACH(GG_RMSPROP_RUN)
+#undef GG_RMSPROP_RUN
+}
+#undef GG_RMSPROP_SLOT
+
+// ---- Adagrad, torch.optim.Adagrad semantics -------------------------------------------------------------------------
+// g = -g (maximize); g = g + wd * p; clr = lr / (1 + (step - 1) * lr_decay) (step >= 1, after the increment);
+// sum = sum + g * g; p = p - clr * g / (sqrt(sum) + eps).
+// hyper = [lr, lr_decay, weight_decay, eps, maximize] (double, on the device). Slot k: parameter p, gradient g, the
+// sum of squares s, its step count (int64, the steps taken so far), n elements; unused slots have n = 0 and a null
+// step. Counts advance as Adam's (last_block). Op: optim.Adagrad.step.
+#define GG_ADAGRAD_SLOT(k)                                                                                  \
+    T* __restrict__ p##k, const T* __restrict__ g##k, T* __restrict__ s##k, long long* __restrict__ step##k, \
+        long long n##k
+template <typename T>
+__global__ void __launch_bounds__(256)
+adagrad_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict__ ticket,
+                      GG_MT_LIST(GG_ADAGRAD_SLOT)) {
+    const double lr = hyper[0], lr_decay = hyper[1];
+    const T wd = T(hyper[2]), eps = T(hyper[3]);
+    const bool decay = hyper[2] != 0.0, maximize = hyper[4] != 0.0;
+    long long offset = 0;
+    T neg_clr = T(0);
+    // clr only for tensors this thread has elements of (as Adam's corrections)
+#define GG_ADAGRAD_RUN(k)                                                                                      \
+    {                                                                                                          \
+        long long i = slot_start(offset);                                                                      \
+        if (i < n##k) neg_clr = T(-lr / (1.0 + (double)*step##k * lr_decay));                                  \
+        for (; i < n##k; i += (long long)blockDim.x * gridDim.x) {                                             \
+            T g = maximize ? -g##k[i] : g##k[i], p = p##k[i];                                                  \
+            if (decay) g = g + wd * p;                                                                         \
+            const T s = s##k[i] + g * g;                                                                       \
+            s##k[i] = s;                                                                                       \
+            p##k[i] = p + neg_clr * (g / (gg::sqrt_(s) + eps));                                                \
+        }                                                                                                      \
+        offset += n##k;                                                                                        \
+    }
+    GG_MT_EACH(GG_ADAGRAD_RUN)
+#undef GG_ADAGRAD_RUN
+    if (last_block(ticket)) { GG_MT_EACH(GG_COUNT) }
+}
+#undef GG_ADAGRAD_SLOT

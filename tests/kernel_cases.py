@@ -242,6 +242,48 @@ def _loss_cases():
         out.append(KernelCase(f"{name}_fwd", lambda r, d, s, a=red_args: (
             (_shifted(r, d, s), _targets(r, s[0], s[1]), *a, _status(), SITE), {}), SHIFTED_ROWS, variant="shifted",
             inplace=(2 + len(red_args),), tolerance=SHIFTED_TOLERANCE, reference64=True))
+    return out + _xent_option_cases()
+
+
+def _xent_options(r, d, s, weights, ignore, smoothing, invalid=False):
+    """(x, t, w, ignore_index, smoothing) for cross-entropy with torch's options: class weights in [0.5, 2], an
+    ignore_index (-100, or class 1 when ``ignore`` is "class") that some rows hit, label smoothing."""
+    x, t = _n(r, d, s), _targets(r, s[0], s[1], invalid)
+    ii = None if not ignore else -100 if ignore == "-100" else 1
+    if ii is not None and s[0] >= 2:
+        t[1 if invalid or s[0] < 3 else slice(None, None, 2)] = ii  # between the invalid rows, or every other row
+    # float64 weights for either dtype: the launchers cast them to x's (test_dtype_layout makes every third element
+    # of a float32 input denormal: a mean over summed denormal weights is 0 / 0 once flushed)
+    w = r.uniform(0.5, 2.0, s[1]) if weights else None
+    return x, t, w, ii, smoothing
+
+
+# (weights, ignore_index, label smoothing): each option alone, and all of them together
+XENT_OPTIONS = ((True, "", 0.0), (False, "-100", 0.0), (False, "class", 0.0), (False, "", 0.1), (True, "-100", 0.25))
+
+
+def _xent_option_cases():
+    out = []
+    for weights, ignore, smoothing in XENT_OPTIONS:
+        opts = "/".join(v for v in (weights and "weights", ignore and f"ignore={ignore}",
+                                     smoothing and f"smoothing={smoothing}") if v)
+        for red in ("none", "sum", "mean"):
+            for invalid in (False, True) if red == "mean" else (False,):
+                variant = f"{red}/{opts}" + ("/invalid-targets" if invalid else "")
+
+                def fwd(r, d, s, o=(weights, ignore, smoothing), red=red, i=invalid):
+                    x, t, w, ii, e = _xent_options(r, d, s, *o, invalid=i)
+                    return (x, t, red, _status(), SITE, w, ii, e), {}
+
+                def bwd(r, d, s, o=(weights, ignore, smoothing), red=red, i=invalid):
+                    x, t, w, ii, e = _xent_options(r, d, s, *o, invalid=i)
+                    g = _n(r, d, () if red != "none" else s[:1], 1.0)
+                    # aux (the forward's summed weights) is recomputed by the launcher: an input here would get
+                    # denormals in test_dtype_layout, where a mean divided by one means nothing
+                    return (x, t, ref.logsumexp_fwd(np, x), g, red, w, ii, e), {}
+
+                out.append(KernelCase("softmax_xent_fwd", fwd, ROWS, variant=variant, inplace=(3,)))
+                out.append(KernelCase("softmax_xent_bwd", bwd, ROWS, variant=variant))
     return out
 
 
@@ -346,22 +388,46 @@ MANY = ((3, 0, 1, 17, 2, 5, 1, 0, 9, 4, 1, 2, 0, 6, 1, 1, 8, 0, 3, 1),)
 
 
 def _multi_optim_cases():
-    def sgd(momentum, dampening, wd, nesterov):
+    def sgd(momentum, dampening, wd, nesterov, maximize=False):
         def make(r, d, sizes):
             ps, gs = [_n(r, d, (k,), 1.0) for k in sizes], [_n(r, d, (k,), 1.0) for k in sizes]
             bufs = [_n(r, d, (k,), 0.1) for k in sizes] if momentum else []
             first = [i % 3 == 1 for i in range(len(sizes))]  # some tensors at their first step, most not
-            return (np.array([0.1, momentum, dampening, wd, float(nesterov)]), first, *ps, *gs, *bufs), {}
+            return (np.array([0.1, momentum, dampening, wd, float(nesterov), float(maximize)]), first, *ps, *gs,
+                    *bufs), {}
 
         return make
 
-    def adam(wd, decoupled):
+    def steps(r, sizes):
+        return [np.array(r.integers(0, 12), np.int64) for _ in sizes]  # 0: this is the tensor's first step
+
+    def adam(wd, decoupled, amsgrad=False, maximize=False):
         def make(r, d, sizes):
             ps, gs = [_n(r, d, (k,), 1.0) for k in sizes], [_n(r, d, (k,), 1.0) for k in sizes]
             ms, vs = [_n(r, d, (k,), 0.1) for k in sizes], [np.abs(_n(r, d, (k,), 0.01)) for k in sizes]
-            steps = [np.array(r.integers(0, 12), np.int64) for _ in sizes]  # 0: this is the tensor's first step
-            return (np.array([1e-3, 0.9, 0.999, 1e-8, wd]), np.zeros(1, np.uint32), decoupled,
-                    *ps, *gs, *ms, *vs, *steps), {}
+            vmax = [np.abs(_n(r, d, (k,), 0.01)) for k in sizes] if amsgrad else []  # above and below v
+            return (np.array([1e-3, 0.9, 0.999, 1e-8, wd, float(maximize)]), np.zeros(1, np.uint32), decoupled,
+                    amsgrad, *ps, *gs, *ms, *vs, *vmax, *steps(r, sizes)), {}
+
+        return make
+
+    def rmsprop(wd, momentum, centered, maximize=False):
+        def make(r, d, sizes):
+            ps, gs = [_n(r, d, (k,), 1.0) for k in sizes], [_n(r, d, (k,), 1.0) for k in sizes]
+            sq = [np.abs(_n(r, d, (k,), 1.0)) + 1 for k in sizes]  # sq >= ga^2: centered variance stays positive
+            ga = [_n(r, d, (k,), 0.1) for k in sizes] if centered else []
+            bufs = [_n(r, d, (k,), 0.1) for k in sizes] if momentum else []
+            return (np.array([1e-2, 0.9, 1e-8, wd, momentum, float(maximize)]), centered, bool(momentum), *ps, *gs,
+                    *sq, *ga, *bufs), {}
+
+        return make
+
+    def adagrad(lr_decay, wd, maximize=False):
+        def make(r, d, sizes):
+            ps, gs = [_n(r, d, (k,), 1.0) for k in sizes], [_n(r, d, (k,), 1.0) for k in sizes]
+            sums = [np.abs(_n(r, d, (k,), 1.0)) for k in sizes]
+            return (np.array([1e-2, lr_decay, wd, 1e-10, float(maximize)]), np.zeros(1, np.uint32), *ps, *gs,
+                    *sums, *steps(r, sizes)), {}
 
         return make
 
@@ -371,14 +437,34 @@ def _multi_optim_cases():
         return KernelCase("sgd_multi_update_", sgd(*a), shapes, variant=v, inplace=inplace)
 
     def adam_case(v, a, shapes):
-        n = len(shapes[0])  # the ticket (left 0), parameters, moments and step counts
+        n, runs = len(shapes[0]), 5 + bool(a[2:3] and a[2])  # the ticket (left 0), parameters, moments and counts
         return KernelCase("adam_multi_update_", adam(*a), shapes, variant=v,
-                          inplace=(1, *range(3, 3 + n), *range(3 + 2 * n, 3 + 5 * n)))
+                          inplace=(1, *range(4, 4 + n), *range(4 + 2 * n, 4 + runs * n)))
 
-    sgds = {"plain": (0.0, 0.0, 0.0, False), "momentum": (0.9, 0.1, 0.01, False), "nesterov": (0.9, 0.0, 0.01, True)}
-    adams = {"adam": (0.0, False), "adam-l2": (0.01, False), "adamw": (0.01, True)}
+    def rmsprop_case(v, a, shapes):
+        n, runs = len(shapes[0]), 3 + bool(a[1]) + bool(a[2])
+        return KernelCase("rmsprop_multi_update_", rmsprop(*a), shapes, variant=v,
+                          inplace=(*range(3, 3 + n), *range(3 + 2 * n, 3 + runs * n)))
+
+    def adagrad_case(v, a, shapes):
+        n = len(shapes[0])
+        return KernelCase("adagrad_multi_update_", adagrad(*a), shapes, variant=v,
+                          inplace=(1, *range(2, 2 + n), *range(2 + 2 * n, 2 + 4 * n)))
+
+    sgds = {"plain": (0.0, 0.0, 0.0, False), "momentum": (0.9, 0.1, 0.01, False), "nesterov": (0.9, 0.0, 0.01, True),
+            "maximize": (0.9, 0.0, 0.01, False, True)}
+    adams = {"adam": (0.0, False), "adam-l2": (0.01, False), "adamw": (0.01, True), "amsgrad": (0.01, False, True),
+             "adamw-amsgrad-maximize": (0.01, True, True, True)}
+    rmsprops = {"plain": (0.0, 0.0, False), "centered": (0.01, 0.0, True), "momentum": (0.0, 0.9, False),
+                "centered-momentum-maximize": (0.01, 0.9, True, True)}
+    adagrads = {"plain": (0.0, 0.0), "decay": (0.1, 0.01), "maximize": (0.0, 0.01, True)}
     return ([sgd_case(v, a, MULTI) for v, a in sgds.items()] + [adam_case(v, a, MULTI) for v, a in adams.items()]
-            + [sgd_case("momentum-many", sgds["momentum"], MANY), adam_case("adamw-many", adams["adamw"], MANY)])
+            + [rmsprop_case(v, a, MULTI) for v, a in rmsprops.items()]
+            + [adagrad_case(v, a, MULTI) for v, a in adagrads.items()]
+            + [sgd_case("momentum-many", sgds["momentum"], MANY), adam_case("adamw-many", adams["adamw"], MANY),
+               adam_case("amsgrad-many", adams["amsgrad"], MANY),
+               rmsprop_case("centered-momentum-many", rmsprops["centered-momentum-maximize"], MANY),
+               adagrad_case("decay-many", adagrads["decay"], MANY)])
 
 
 CASES = [

@@ -92,6 +92,8 @@ def _torch_pointwise(d, params):
         torch = __import__("torch")
         if d.name == "gelu":
             return torch.nn.functional.gelu(a, approximate="tanh")
+        if d.name == "gelu_erf":  # torch's default gelu
+            return torch.nn.functional.gelu(a)
         return getattr(torch.nn.functional if d.functional and not d.top else torch, d.name)(a, *params)
     return run
 
@@ -103,7 +105,8 @@ def _pointwise_rows():
             kinks = PARAM_KINKS[d.name](*params) if d.name in PARAM_KINKS else d.kinks
             ref = (lambda x, d=d, p=params: (getattr(R, f"{d.name}_fwd")(np, x, *p)) if d.kernel else d.f(np, x, *p))
             rows.append(OpCase(d.name if params == d.defaults else f"{d.name}{params}",
-                               lambda a, d=d, p=params: getattr(a, d.name)(*p), ref,
+                               lambda a, d=d, p=params: a.gelu(approximate="tanh") if d.name == "gelu" else
+                               getattr(a, d.name)(*p), ref,
                                [((3, 4),), ((),), ((0, 5),)] if params == d.defaults else [((2, 5),)], op=d.name,
                                low=d.low, high=d.high, avoid=kinks, torch_fn=_torch_pointwise(d, params),
                                gpu_kernels=(f"{d.name}_fwd", f"{d.name}_bwd") if d.kernel else ()))
@@ -123,8 +126,236 @@ def _bias_act_rows():
 POINTWISE_CASES, BIAS_ACT_CASES = _pointwise_rows(), _bias_act_rows()
 
 
+# ---- losses and batch norm (nn.functional) with torch's options; compositions name the op they mostly exercise ----
+W5 = np.array([0.5, 2.0, 1.0, 1.5, 0.8])  # class weights
+T4_IGNORE = np.array([1, -100, 3, 0])  # a row ignored (ignore_index -100)
+T23 = np.array([[0, 4, 2], [1, 1, 3]])  # targets of (2, 5, 3) logits
+P45 = np_softmax(np.random.default_rng(3).standard_normal((4, 5)))  # class probabilities
+Y34 = np.random.default_rng(4).uniform(0.0, 1.0, (3, 4))  # binary targets (soft)
+Q34 = np.where(np.arange(12).reshape(3, 4) % 5 == 0, 0.0, np.random.default_rng(5).uniform(0.1, 1.0, (3, 4)))
+
+
+def _nn(name, call, ref, shapes, op, **kw):
+    """A row whose fn and torch_fn are ``call(F, lib, *inputs)`` with gpugrad's or torch's functional; the
+    cross-entropy rows must run the fused kernels on CUDA."""
+    if op == "cross_entropy":
+        kw["gpu_kernels"] = ("softmax_xent_fwd", "softmax_xent_bwd")
+    def fn(*a):
+        return call(F, gpugrad, *a)
+
+    def torch_fn(*a):
+        return call(_torch_nn_f(), __import__("torch"), *a)
+    return OpCase(name, fn, ref, shapes, op=op, torch_fn=torch_fn, **kw)
+
+
+def _torch_nn_f():
+    return __import__("torch").nn.functional
+
+
+def _c(lib, a, like):
+    """A constant side input in the dtype of ``like`` (a float64 constant would promote a float32 result)."""
+    return lib.tensor(a, dtype=like.dtype) if a.dtype.kind == "f" else lib.tensor(a)
+
+
+def np_weighted_xent(x, t, w, eps=0.0, ignore=-100):
+    logp = np.log(np_softmax(x, 1))
+    keep = t != ignore
+    ts = np.where(keep, t, 0)
+    nll = -logp[np.arange(len(t)), ts] * w[ts] * keep
+    smooth = -(logp * w).sum(1) * keep
+    return (1 - eps) * nll + eps / x.shape[1] * smooth, (w[ts] * keep).sum()
+
+
+def np_bn(x, w, b, axes, eps=1e-5):
+    shape = [1] * x.ndim
+    shape[1] = -1
+    m, v = x.mean(axes, keepdims=True), x.var(axes, keepdims=True)
+    return (x - m) / np.sqrt(v + eps) * w.reshape(shape) + b.reshape(shape)
+
+
+NN_CASES = [
+    _nn("cross_entropy_weight", lambda F, lib, x: F.cross_entropy(x, _c(lib, T4, x), weight=_c(lib, W5, x)),
+        lambda x: (lambda l, d: l.sum() / d)(*np_weighted_xent(x, T4, W5)), [((4, 5),)], "cross_entropy"),
+    _nn("cross_entropy_ignore",
+        lambda F, lib, x: F.cross_entropy(x, _c(lib, T4_IGNORE, x), weight=_c(lib, W5, x)),
+        lambda x: (lambda l, d: l.sum() / d)(*np_weighted_xent(x, T4_IGNORE, W5)), [((4, 5),)], "cross_entropy"),
+    _nn("cross_entropy_smoothing", lambda F, lib, x: F.cross_entropy(
+        x, _c(lib, T4_IGNORE, x), weight=_c(lib, W5, x), label_smoothing=0.2, reduction="sum"),
+        lambda x: np_weighted_xent(x, T4_IGNORE, W5, 0.2)[0].sum(), [((4, 5),)], "cross_entropy"),
+    _nn("cross_entropy_smoothing_mean", lambda F, lib, x: F.cross_entropy(x, _c(lib, T4, x), label_smoothing=0.3),
+        lambda x: np_weighted_xent(x, T4, np.ones(5), 0.3)[0].mean(), [((4, 5),)], "cross_entropy"),
+    _nn("cross_entropy_nd", lambda F, lib, x: F.cross_entropy(x, _c(lib, T23, x), reduction="none"),
+        lambda x: np_weighted_xent(x.transpose(0, 2, 1).reshape(-1, 5), T23.reshape(-1), np.ones(5))[0].reshape(2, 3),
+        [((2, 5, 3),)], "cross_entropy"),
+    _nn("cross_entropy_probs", lambda F, lib, x: F.cross_entropy(x, _c(lib, P45, x), label_smoothing=0.1),
+        lambda x: -(np.log(np_softmax(x, 1)) * (P45 * 0.9 + 0.02)).sum(1).mean(), [((4, 5),)], "log_softmax"),
+    _nn("nll_loss", lambda F, lib, x: F.nll_loss(x, _c(lib, T4_IGNORE, x), weight=_c(lib, W5, x)),
+        lambda x: -(x[np.arange(4), np.where(T4_IGNORE < 0, 0, T4_IGNORE)] * W5[np.where(T4_IGNORE < 0, 0, T4_IGNORE)]
+                    * (T4_IGNORE >= 0)).sum() / (W5[np.where(T4_IGNORE < 0, 0, T4_IGNORE)] * (T4_IGNORE >= 0)).sum(),
+        [((4, 5),)], "nll_loss"),
+    _nn("nll_loss_nd", lambda F, lib, x: F.nll_loss(x, _c(lib, T23, x), reduction="none"),
+        lambda x: -np.take_along_axis(x, T23[:, None], 1)[:, 0], [((2, 5, 3),)], "nll_loss"),
+    _nn("binary_cross_entropy", lambda F, lib, x, t: F.binary_cross_entropy(x, t, reduction="none"),
+        lambda x, t: -(t * np.log(x) + (1 - t) * np.log1p(-x)), [((3, 4), (3, 4)), ((), ())], "binary_cross_entropy",
+        low=0.05, high=0.95),
+    _nn("binary_cross_entropy_weight",
+        lambda F, lib, x: F.binary_cross_entropy(x, _c(lib, Y34, x), _c(lib, W5[:4], x)),
+        lambda x: (-(Y34 * np.log(x) + (1 - Y34) * np.log1p(-x)) * W5[:4]).mean(), [((3, 4),)],
+        "binary_cross_entropy", low=0.05, high=0.95),
+    _nn("bce_with_logits",
+        lambda F, lib, x, t: F.binary_cross_entropy_with_logits(x, t, pos_weight=_c(lib, W5[:4], x)),
+        lambda x, t: ((1 - t) * x + (1 + (W5[:4] - 1) * t) * np.logaddexp(0, -x)).mean(), [((3, 4), (3, 4))],
+        "binary_cross_entropy_with_logits", low=-4.0, high=4.0),
+    _nn("bce_with_logits_weight", lambda F, lib, x, t: F.binary_cross_entropy_with_logits(
+        x, t, _c(lib, W5[:4], x), reduction="none"), lambda x, t: ((1 - t) * x + np.logaddexp(0, -x)) * W5[:4],
+        [((3, 4), (3, 4))], "binary_cross_entropy_with_logits", low=-30.0, high=30.0),
+    _nn("bce_with_logits_sum", lambda F, lib, x, t: F.binary_cross_entropy_with_logits(x, t, reduction="sum"),
+        lambda x, t: ((1 - t) * x + np.logaddexp(0, -x)).sum(), [((2, 5), (2, 5)), ((), ())],
+        "binary_cross_entropy_with_logits"),
+    _nn("mse_loss", lambda F, lib, x, t: F.mse_loss(x, t), lambda x, t: ((x - t) ** 2).mean(),
+        [((3, 4), (3, 4)), ((), ())], "mse_loss"),
+    _nn("mse_loss_broadcast", lambda F, lib, x, t: F.mse_loss(x, t, reduction="none"), lambda x, t: (x - t) ** 2,
+        [((3, 4), (4,))], "mse_loss"),
+    _nn("l1_loss", lambda F, lib, x: F.l1_loss(x, _c(lib, np.zeros((3, 4)), x), reduction="sum"),
+        lambda x: np.abs(x).sum(), [((3, 4),)], "abs", avoid=(0.0,)),
+    _nn("smooth_l1_loss", lambda F, lib, x: F.smooth_l1_loss(x, _c(lib, np.zeros((3, 4)), x), beta=0.5),
+        lambda x: np.where(np.abs(x) < 0.5, x * x, np.abs(x) - 0.25).mean(), [((3, 4),)], "smooth_l1_loss",
+        avoid=(-0.5, 0.0, 0.5)),
+    _nn("huber_loss", lambda F, lib, x: F.huber_loss(x, _c(lib, np.zeros((3, 4)), x), delta=0.7, reduction="none"),
+        lambda x: np.where(np.abs(x) < 0.7, 0.5 * x * x, 0.7 * (np.abs(x) - 0.35)), [((3, 4),)], "huber_loss",
+        avoid=(-0.7, 0.0, 0.7)),
+    _nn("kl_div", lambda F, lib, x: F.kl_div(x, _c(lib, Q34, x), reduction="batchmean"),
+        lambda x: (np.where(Q34 > 0, Q34 * np.log(np.where(Q34 > 0, Q34, 1)), 0) - Q34 * x).sum() / 3, [((3, 4),)],
+        "mul"),
+    _nn("kl_div_log_target", lambda F, lib, x, t: F.kl_div(x, t, reduction="sum", log_target=True),
+        lambda x, t: (np.exp(t) * (t - x)).sum(), [((3, 4), (3, 4))], "exp"),
+    _nn("batch_norm", lambda F, lib, x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+        lambda x, w, b: np_bn(x, w, b, (0,) + tuple(range(2, x.ndim))), [((6, 3), (3,), (3,)), ((4, 3, 5), (3,), (3,))],
+        "var"),
+    _nn("batch_norm_eval",
+        lambda F, lib, x, w, b: F.batch_norm(x, _c(lib, W5[:3], x), _c(lib, W5[2:], x), w, b),
+        lambda x, w, b: (x - W5[:3]) / np.sqrt(W5[2:] + 1e-5) * w + b, [((6, 3), (3,), (3,))], "sub"),
+]
+
+
 def _t(torch, a):
     return torch.as_tensor(a)
+
+
+def _torch():
+    return __import__("torch")
+
+
+def _same(call):
+    """A row's fn and torch_fn in one: ``call(lib, *inputs)`` with lib gpugrad or torch."""
+    return (lambda *a: call(gpugrad, *a)), (lambda *a: call(_torch(), *a))
+
+
+def _surface(name, call, ref, shapes, op="", **kw):
+    fn, torch_fn = _same(call)
+    return OpCase(name, fn, ref, shapes, op=op, torch_fn=torch_fn, **kw)
+
+
+HALVES = (-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0)
+SCATTER_IDX = np.array([[1, 0, 2, 0], [2, 1, 0, 1]], dtype=np.int64)  # no column repeats a row: one write each
+
+
+def _np_scatter(a, s, idx=SCATTER_IDX, add=False):
+    out = a.copy()
+    key = (idx, np.arange(idx.shape[1])[None, :])
+    part = s[:idx.shape[0], :idx.shape[1]]
+    if add:
+        np.add.at(out, key, part)
+    else:
+        out[key] = part
+    return out
+
+# The Tensor surface (issue 11): scans, norms, selections along a dim (values by gather: the gradient goes to the
+# index returned), shape functions, einsum and the rounding divisions, each against torch's same call.
+SURFACE_CASES = [
+    _surface("cumsum", lambda t, a: a.cumsum(1), lambda a: np.cumsum(a, 1), [((3, 4),), ((2, 0),)]),
+    _surface("cumsum_0d", lambda t, a: t.cumsum(a, dim=0), lambda a: a, [((),)], op="cumsum"),
+    _surface("cumprod", lambda t, a: a.cumprod(-1), lambda a: np.cumprod(a, -1), [((3, 4),), ((2, 3, 2),)]),
+    _surface("prod", lambda t, a: a.prod(1), lambda a: a.prod(1), [((3, 4),)], op="cumprod"),
+    _surface("prod_all", lambda t, a: t.prod(a), np.prod, [((3, 4),), ((),)], op="cumprod"),
+    _surface("prod_keepdim", lambda t, a: a.prod(0, keepdim=True), lambda a: a.prod(0, keepdims=True), [((3, 4),)],
+             op="cumprod"),
+    _surface("norm", lambda t, a: a.norm(), lambda a: np.sqrt((a * a).sum()), [((3, 4),)]),
+    _surface("norm_p1", lambda t, a: a.norm(1, dim=1), lambda a: np.abs(a).sum(1), [((3, 4),)], op="norm",
+             avoid=(0.0,)),
+    _surface("norm_p3", lambda t, a: t.norm(a, 3, dim=(0, 2), keepdim=True),
+             lambda a: (np.abs(a) ** 3).sum((0, 2), keepdims=True) ** (1 / 3), [((2, 3, 4),)], op="norm", avoid=(0.0,)),
+    _surface("norm_inf", lambda t, a: a.norm(float("inf"), dim=-1), lambda a: np.abs(a).max(-1), [((3, 4),)],
+             op="norm", avoid=(0.0,)),
+    _surface("median", lambda t, a: a.median(), np.median, [((3, 5),)]),
+    _surface("max_dim", lambda t, a: a.max(1).values, lambda a: a.max(1), [((3, 4),)], op="gather"),
+    _surface("min_dim_keepdim", lambda t, a: t.min(a, 0, keepdim=True)[0], lambda a: a.min(0, keepdims=True),
+             [((3, 4),)], op="gather"),
+    _surface("median_dim", lambda t, a: a.median(-1).values, lambda a: np.median(a, -1), [((3, 5),)], op="gather"),
+    _surface("kthvalue", lambda t, a: a.kthvalue(2, 0).values, lambda a: np.sort(a, 0)[1], [((3, 4),)], op="gather"),
+    _surface("mode", lambda t, a: a.mode(1).values, lambda a: a.min(1), [((3, 4),)], op="gather"),
+    _surface("sort", lambda t, a: a.sort(1, descending=True).values, lambda a: -np.sort(-a, 1),
+             [((3, 4),), ((2, 3, 2),)], op="gather"),
+    _surface("topk", lambda t, a: t.topk(a, 2).values, lambda a: -np.sort(-a, -1)[..., :2], [((3, 4),)], op="gather"),
+    _surface("flip", lambda t, a: a.flip(0, 2), lambda a: a[::-1, :, ::-1], [((2, 3, 4),)], op="index"),
+    _surface("roll", lambda t, a: a.roll(1, 1), lambda a: np.roll(a, 1, 1), [((3, 4),)], op="cat"),
+    _surface("repeat", lambda t, a: a.repeat(2, 1, 3), lambda a: np.tile(a, (2, 1, 3)), [((3, 2),)], op="expand"),
+    _surface("repeat_interleave", lambda t, a: a.repeat_interleave(2, dim=0), lambda a: np.repeat(a, 2, 0),
+             [((3, 2),)], op="expand"),
+    _surface("tril", lambda t, a: a.tril(), np.tril, [((4, 3),), ((2, 3, 3),)], op="where"),
+    _surface("triu", lambda t, a: t.triu(a, 1), lambda a: np.triu(a, 1), [((3, 4),)], op="where"),
+    _surface("diagonal", lambda t, a: a.diagonal(1, 0, 2), lambda a: np.diagonal(a, 1, 0, 2), [((3, 2, 4),)],
+             op="index"),
+    _surface("diag", lambda t, a: t.diag(a, -1), lambda a: np.diag(a, -1), [((3,),)], op="index_place"),
+    _surface("trace", lambda t, a: a.trace(), np.trace, [((3, 4),)], op="index"),
+    _surface("split_chunk", lambda t, a: a.chunk(3, 1)[1] * a.split([1, 3], 1)[0], lambda a: a[:, 2:4] * a[:, :1],
+             [((3, 4),)], op="index"),
+    OpCase("index_select", lambda a: a.index_select(1, gpugrad.tensor(IDX)), lambda a: a[:, IDX], [((2, 3),)],
+           op="index", torch_fn=lambda a: a.index_select(1, _t(_torch(), IDX))),
+    _surface("scatter", lambda t, a, s: a.scatter(0, t.tensor(SCATTER_IDX), s), lambda a, s: _np_scatter(a, s),
+             [((3, 4), (2, 4))]),  # NOTE: torch's backward fails for a src larger than index; gpugrad pads with 0
+    _surface("scatter_add", lambda t, a, s: t.scatter_add(a, 0, t.tensor(GATHER_IDX), s),
+             lambda a, s: _np_scatter(a, s, GATHER_IDX, True), [((3, 4), (3, 4))], op="scatter"),
+    _surface("scatter_value", lambda t, a: a.scatter(1, t.tensor(SCATTER_IDX.T[:3, :2]), 2.5),
+             lambda a: _np_scatter(a.T, np.full((2, 3), 2.5), SCATTER_IDX[:, :3]).T, [((3, 4),)], op="scatter"),
+    _surface("index_add", lambda t, a, s: a.index_add(0, t.tensor(IDX), s, alpha=2.0),
+             lambda a, s: _np_scatter(a, 2 * s, np.broadcast_to(IDX[:, None], s.shape), True), [((3, 4), (3, 4))],
+             op="scatter"),
+    _surface("nansum", lambda t, a: a.masked_fill(t.tensor(~MASK34), float("nan")).nansum(1),
+             lambda a: np.where(MASK34, a, 0).sum(1), [((3, 4),)], op="where"),
+    _surface("movedim", lambda t, a: t.movedim(a, 0, -1), lambda a: np.moveaxis(a, 0, -1), [((2, 3, 4),)],
+             op="permute"),
+    _surface("clamp_tensor", lambda t, a, lo, hi: a.clamp(lo, hi + 1.0),
+             lambda a, lo, hi: np.minimum(np.maximum(a, lo), hi + 1.0), [((3, 4), (4,), (3, 1))], op="where"),
+    _surface("einsum", lambda t, a, b: t.einsum("ij,jk->ik", a, b), np.matmul, [((3, 4), (4, 2))]),
+    _surface("einsum_batch", lambda t, a, b: t.einsum("bij,bkj->bik", a, b),
+             lambda a, b: np.einsum("bij,bkj->bik", a, b), [((2, 3, 4), (2, 5, 4))], op="einsum"),
+    _surface("einsum_diag", lambda t, a: t.einsum("ii->i", a), np.diagonal, [((3, 3),)], op="einsum"),
+    _surface("einsum_trace", lambda t, a: t.einsum("ii", a), np.trace, [((3, 3),)], op="einsum"),
+    _surface("einsum_sum", lambda t, a: t.einsum("ij->", a), np.sum, [((3, 4),)], op="einsum"),
+    _surface("einsum_ellipsis", lambda t, a, b: t.einsum("...ij,j", a, b), np.matmul, [((2, 3, 4), (4,))],
+             op="einsum"),
+    _surface("einsum_three", lambda t, a, b, c: t.einsum("ij,jk,kl->il", [a, b, c]),
+             lambda a, b, c: a @ b @ c, [((2, 3), (3, 4), (4, 2))], op="einsum"),
+    _surface("einsum_broadcast", lambda t, a, b: t.einsum("ij,ij->i", a, b), lambda a, b: (a * b).sum(-1),
+             [((3, 1), (3, 4))], op="einsum"),
+    _surface("mm", lambda t, a, b: t.mm(a, b), np.matmul, [((3, 4), (4, 2))], op="matmul"),
+    _surface("bmm", lambda t, a, b: a.bmm(b), np.matmul, [((2, 3, 4), (2, 4, 5))], op="matmul"),
+    _surface("outer", lambda t, a, b: t.outer(a, b), np.outer, [((3,), (4,))], op="mul"),
+    _surface("floor_divide", lambda t, a: t.div(a, 0.5, rounding_mode="floor"), lambda a: np.floor_divide(a, 0.5),
+             [((3, 4),)], op="rounding_div", avoid=HALVES),
+    OpCase("floordiv_op", lambda a: a // 0.5, lambda a: np.floor_divide(a, 0.5), [((3, 4),)], op="rounding_div",
+           avoid=HALVES),
+    _surface("div_trunc", lambda t, a: a.div(0.5, rounding_mode="trunc"), lambda a: np.trunc(a / 0.5), [((3, 4),)],
+             op="rounding_div", avoid=HALVES),
+    # a / b stays in (-2, -1): no jump of floor or trunc near the samples
+    _surface("remainder", lambda t, a, b: (a - 6.0) % (b + 6.1), lambda a, b: np.remainder(a - 6.0, b + 6.1),
+             [((3, 4), (3, 4)), ((3, 4), (4,))], low=-2.0, high=-0.2),
+    _surface("remainder_scalar", lambda t, a: a % 1.5, lambda a: np.remainder(a, 1.5), [((3, 4),)], op="remainder",
+             avoid=(-1.5, 0.0, 1.5)),
+    _surface("fmod", lambda t, a, b: t.fmod(a - 6.0, b + 6.1), lambda a, b: np.fmod(a - 6.0, b + 6.1),
+             [((3, 4), (3, 4))], low=-2.0, high=-0.2),
+]
 
 
 CASES = [
@@ -171,17 +402,18 @@ CASES = [
     OpCase("mean_axis", lambda a: a.mean(axis=-1, keepdims=True), lambda a: a.mean(-1, keepdims=True),
            [((3, 4),)], op="mean"),
     OpCase("max", lambda a: a.max(), np.max, [((3, 4),)], torch_fn=lambda a: a.max()),
-    OpCase("max_axis", lambda a: a.max(axis=0), lambda a: a.max(0), [((3, 4),)], op="max",
+    OpCase("max_axis", lambda a: a.amax(axis=0), lambda a: a.max(0), [((3, 4),)], op="max",
            torch_fn=lambda a: a.amax(0)),
     # every value near -1000: a max starting at 0 (not -inf) gives 0 here
-    OpCase("max_shifted", lambda a: a.max(axis=-1), lambda a: a.max(-1), [((3, 5),), ((4,),)], op="max",
+    OpCase("max_shifted", lambda a: a.amax(axis=-1), lambda a: a.max(-1), [((3, 5),), ((4,),)], op="max",
            low=-1.5, high=1.5, shift=-1000.0, torch_fn=lambda a: a.amax(-1)),
-    OpCase("min", lambda a: a.min(axis=1, keepdims=True), lambda a: a.min(1, keepdims=True), [((3, 4),)],
+    OpCase("min", lambda a: a.amin(axis=1, keepdims=True), lambda a: a.min(1, keepdims=True), [((3, 4),)],
            torch_fn=lambda a: a.amin(1, keepdim=True)),
     OpCase("var", lambda a: a.var(axis=1), lambda a: a.var(1, ddof=1), [((3, 5),)], torch_fn=lambda a: a.var(1)),
     OpCase("var_all", lambda a: a.var(correction=0), lambda a: a.var(), [((3, 5),)], op="var"),
     OpCase("std", lambda a: a.std(axis=1), lambda a: a.std(1, ddof=1), [((3, 5),)], torch_fn=lambda a: a.std(1)),
     OpCase("std_all", lambda a: a.std(correction=0), lambda a: a.std(), [((3, 5),)], op="std"),
+    *SURFACE_CASES,
     # movement
     OpCase("reshape", lambda a: a.reshape(4, 3), lambda a: a.reshape(4, 3), [((3, 4),)],
            torch_fn=lambda a: a.reshape(4, 3)),
@@ -246,6 +478,7 @@ CASES = [
            lambda x: np_xent(x, T4).sum(), [((4, 5),)], op="cross_entropy"),
     OpCase("cross_entropy_none", lambda x: F.cross_entropy(x, gpugrad.tensor(T4), reduction="none"),
            lambda x: np_xent(x, T4), [((4, 5),)], op="cross_entropy"),
+    *NN_CASES,
     OpCase("layer_norm", lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, eps=1e-5),
            lambda x, w, b: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b,
            [((4, 6), (6,), (6,)), ((2, 3, 5), (5,), (5,))], gpu_kernels=("layer_norm_fwd", "layer_norm_bwd"),

@@ -73,7 +73,7 @@ def test_an_infinite_gradient_is_an_anomaly_too(device):
             x.sqrt().sum().backward()
         x = leaf([1.0, 4.0], device)
         x.sqrt().sum().backward()  # the same rows of the reused flags array, flagged by the last backward: stale now
-    np.testing.assert_allclose(x.grad.numpy(), [0.5, 0.25])
+    np.testing.assert_allclose(x.grad.cpu().numpy(), [0.5, 0.25])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -97,7 +97,7 @@ def test_finite_gradients_raise_nothing_and_are_unchanged(device):
         x, t = gpugrad.randn(4, 5, device=device), gpugrad.randint(0, 3, size=(4,), device=device)
         with autograd.set_detect_anomaly(anomaly):
             F.cross_entropy(model(x), t).backward()
-        return [p.grad.numpy() for p in model.parameters()]
+        return [p.grad.cpu().numpy() for p in model.parameters()]
 
     for got, want in zip(grads(True), grads(False)):
         np.testing.assert_array_equal(got, want)
@@ -109,7 +109,7 @@ def test_create_graph(device):
     with autograd.detect_anomaly():
         (g,) = autograd.grad((x ** 3).sum(), x, create_graph=True)
         g.sum().backward()  # d/dx 3x^2 = 6x, through the graph of the first gradient
-    np.testing.assert_allclose(x.grad.numpy(), [6.0, 24.0])
+    np.testing.assert_allclose(x.grad.cpu().numpy(), [6.0, 24.0])
     with autograd.detect_anomaly():
         (g,) = autograd.grad(x.sqrt().sum(), x, create_graph=True)  # 1 / (2 sqrt(x))
         h = (g * 0 - 1).sqrt(); line = here()  # noqa: E702  NaN values, then NaN gradients
@@ -151,7 +151,7 @@ def test_context_manager_decorator_and_set_detect_anomaly():
         x.sqrt().sum().backward()
     autograd.set_detect_anomaly(False)
     x.sqrt().sum().backward()  # off: NaN gradients pass, as without anomaly mode
-    assert np.isnan(x.grad.numpy()).all()
+    assert np.isnan(x.grad.cpu().numpy()).all()
 
 
 def test_check_nan_false_keeps_the_traces_and_skips_the_checks():
@@ -159,7 +159,7 @@ def test_check_nan_false_keeps_the_traces_and_skips_the_checks():
     with autograd.detect_anomaly(check_nan=False):
         y = x.sqrt()
         y.sum().backward()
-    assert np.isnan(x.grad.numpy()).all() and y.grad_fn._anomaly_stack
+    assert np.isnan(x.grad.cpu().numpy()).all() and y.grad_fn._anomaly_stack
 
 
 def test_a_node_made_before_anomaly_mode_has_no_forward_trace():

@@ -79,7 +79,7 @@ def test_zero_d_leaf_used_twice_keeps_an_array_grad():
     for step in range(3):
         opt.zero_grad(set_to_none=False)
         (x + x * 1.0).backward()  # two gradients into the leaf: summed, not a NumPy scalar
-        assert isinstance(x.grad.data, np.ndarray) and x.grad.shape == ()
+        assert isinstance(x.grad._data, np.ndarray) and x.grad.shape == ()
         assert x.grad.item() == 2.0
     (x + x).backward()
     assert x.grad.item() == 4.0
@@ -87,7 +87,7 @@ def test_zero_d_leaf_used_twice_keeps_an_array_grad():
 
 def test_zero_d_compare_and_max_under_create_graph():
     x = gpugrad.tensor(0.5, requires_grad=True)
-    assert isinstance((x > 0).data, np.ndarray) and isinstance(x.argmax().data, np.ndarray)
+    assert isinstance((x > 0)._data, np.ndarray) and isinstance(x.argmax()._data, np.ndarray)
     (g,) = grad(x.max(), x, create_graph=True)
     assert g.item() == 1.0
 

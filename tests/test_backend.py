@@ -52,22 +52,25 @@ def test_cuda_probe_never_raises_and_explains():
 
 
 def test_device_names():
-    assert parse_device("cpu") == Device("cpu")
-    assert parse_device("cuda") == Device("cuda", 0) == "cuda:0"
-    assert str(parse_device("CUDA:1")) == "cuda:1"
-    for bad in ("gpu", "cuda:x", "cpu:0"):
-        with pytest.raises(ValueError, match="unknown device"):
+    assert parse_device("cpu") == Device("cpu") == parse_device("cpu:0")  # the CPU has one device
+    assert parse_device("cuda") == Device("cuda", 0) == Device("cuda:0") and str(Device("cuda", 0)) == "cuda:0"
+    assert Device("cuda").index is None and Device("cuda") != Device("cuda:0")  # as torch: "cuda" is no index
+    assert Device("cpu") != "cpu" and str(Device("cpu")) == "cpu"  # as torch: a device never equals a string
+    assert str(parse_device("CUDA:1")) == "cuda:1" and parse_device(3) == Device("cuda", 3)  # an int is a CUDA index
+    for bad in ("gpu", "cuda:x", "cuda:-1", "cuda:1:2"):
+        with pytest.raises(RuntimeError, match="unknown device"):
             parse_device(bad)
-    with pytest.raises(TypeError):
-        parse_device(3)
+    for bad in (1.5, None, ("cuda", 1)):
+        with pytest.raises(TypeError):
+            parse_device(bad)
 
 
 def test_default_device_env_override(monkeypatch):
     monkeypatch.setenv("GPUGRAD_DEVICE", "cpu")
-    assert default_device() == "cpu"
-    assert gpugrad.tensor([1.0]).device == "cpu"
+    assert str(default_device()) == "cpu"
+    assert str(gpugrad.tensor([1.0]).device) == "cpu"
     monkeypatch.delenv("GPUGRAD_DEVICE")
-    assert default_device() == ("cuda:0" if gpugrad.cuda.is_available() else "cpu")
+    assert str(default_device()) == ("cuda:0" if gpugrad.cuda.is_available() else "cpu")
 
 
 def test_backend_of_is_the_only_dispatch():

@@ -271,7 +271,7 @@ def test_bytes_moved_counts_minimal_reads_and_writes():
     assert _bytes("bias_act_fwd[relu]") == 2 * n * 4 + cols * 4  # x, b; y returned twice but written once
     assert _bytes("dropout_fwd") == 3 * n * 4 + n  # x, u; y and a 1-byte bool mask
     assert _bytes("accumulate_") == 3 * n * 4  # read acc, g; write acc in place
-    assert _bytes("softmax_xent_fwd") == n * 4 + rows * 8 + 2 * rows * 4  # x, int64 t; loss and lse
+    assert _bytes("softmax_xent_fwd") == n * 4 + rows * 8 + 2 * rows * 4 + 2 * 4  # x, int64 t; loss, lse, aux
     assert _bytes("sum_rows") == n * 4 + cols * 4
     assert _bytes("adam_update_") == 7 * n * 4  # p, m, v read and written, g read
     assert _bytes("sgd_update_[momentum]") == 5 * n * 4  # p, buf read and written, g read

@@ -295,7 +295,7 @@ def test_unavailable_cuda_falls_back_to_the_cpu(monkeypatch):
     try:
         assert not cuda_backend.is_available()
         assert "headers" in cuda_backend.unavailable_reason()
-        assert default_device() == "cpu"
+        assert str(default_device()) == "cpu"
     finally:
         cuda_backend._probe.cache_clear()
 

@@ -138,7 +138,7 @@ def test_dict_and_nested_samples_are_collated_like_torch():
     assert batches[-1]["y"].tolist() == [4]
 
 
-@pytest.mark.parametrize("field", ["text", None, {1, 2}], ids=["str", "None", "set"])
+@pytest.mark.parametrize("field", [None, {1, 2}, np.array(["a", "b"])], ids=["None", "set", "str-array"])
 def test_fields_that_cannot_be_collated_are_a_type_error(field):
     class Odd(Dataset):
         def __len__(self):
@@ -147,8 +147,19 @@ def test_fields_that_cannot_be_collated_are_a_type_error(field):
         def __getitem__(self, i):
             return np.zeros(2, np.float32), field
 
-    with pytest.raises(TypeError, match=f"cannot collate a sample field of type {type(field).__name__}"):
+    with pytest.raises(TypeError, match="default_collate: batch must contain tensors, numpy arrays, numbers"):
         next(iter(DataLoader(Odd(), batch_size=2, device="cpu")))
+
+
+def test_strings_are_collated_into_lists_as_torch_does():
+    class Named(Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return f"s{i}", i
+
+    assert [b[0] for b in DataLoader(Named(), batch_size=2)] == [["s0", "s1"], ["s2"]]
 
 
 def test_loader_rejects_bad_arguments():
@@ -162,7 +173,7 @@ def test_loader_rejects_bad_arguments():
 def test_base_dataset_must_be_subclassed():
     with pytest.raises(NotImplementedError):
         Dataset()[0]
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(TypeError):  # no __len__, as torch's
         len(Dataset())
 
 
@@ -174,11 +185,174 @@ def test_cuda_batches_match_cpu_batches():
         cuda = DataLoader(ds, batch_size=8, shuffle=True, seed=2, device="cuda", preload=preload)
         for (xc, yc), (xg, yg) in zip(cpu, cuda):
             assert xg.is_cuda and yg.is_cuda
-            np.testing.assert_array_equal(xg.numpy(), xc.numpy())
-            np.testing.assert_array_equal(yg.numpy(), yc.numpy())
+            np.testing.assert_array_equal(xg.cpu().numpy(), xc.numpy())
+            np.testing.assert_array_equal(yg.cpu().numpy(), yc.numpy())
     on_device = TensorDataset(gpugrad.tensor(ds.arrays[0], device="cuda"), ds.arrays[1])
     batches = list(DataLoader(on_device, batch_size=8, device="cpu"))
     assert not batches[0][0].is_cuda and batches[-1][1].tolist() == list(range(32, 37))
+
+
+@pytest.mark.gpu
+def test_default_collated_batches_go_to_the_loaders_device():
+    class Pairs(Dataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return {"x": np.full(3, i, np.float32), "y": i}
+
+    for workers in (0, 2):
+        batches = list(DataLoader(Pairs(), batch_size=2, device="cuda", num_workers=workers))
+        assert all(b["x"].is_cuda and b["y"].is_cuda for b in batches)
+        assert [b["y"].cpu().tolist() for b in batches] == [[0, 1], [2, 3], [4]]
+
+
+# -- gpugrad.utils.data: torch's home of it; samplers, splits, worker processes ---------------------------------------
+def test_gpugrad_data_is_an_alias_of_gpugrad_utils_data():
+    import gpugrad.data as alias
+    from gpugrad.utils import data
+
+    assert gpugrad.utils.data is data
+    for name in data.__all__:
+        assert getattr(alias, name) is getattr(data, name), name
+    assert {"load_digits", "read_idx", "DistributedSampler", "random_split", "get_worker_info"} <= set(alias.__all__)
+
+
+class Draws(Dataset):
+    """Each sample: who drew it and what the worker's seeded generators give (Python's, NumPy's, gpugrad's)."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        import random
+
+        info = gpugrad.utils.data.get_worker_info()
+        return {"id": info.id, "seed": info.seed, "random": random.random(), "numpy": np.random.random(),
+                "gpugrad": gpugrad.rand(1).item(), "device": str(gpugrad.zeros(1).device)}
+
+
+def _draws(seed, **kw):
+    gen = gpugrad.Generator().manual_seed(seed)
+    return list(DataLoader(Draws(), batch_size=2, num_workers=2, generator=gen, **kw))
+
+
+def test_workers_are_seeded_as_torch_seeds_them():
+    a, b, c = _draws(1), _draws(1), _draws(2)
+    ids = [b_["id"].tolist() for b_ in a]
+    assert ids == [[0, 0], [1, 1], [0, 0], [1, 1]]  # batches round robin over the workers
+    seeds = {(i, s) for b_ in a for i, s in zip(b_["id"].tolist(), b_["seed"].tolist())}
+    (i0, s0), (i1, s1) = sorted(seeds)
+    assert s1 - s0 == 1  # base_seed + worker_id
+    for key in ("random", "numpy", "gpugrad"):
+        mine = [b_[key].tolist() for b_ in a]
+        assert mine == [b_[key].tolist() for b_ in b]  # the generator's seed fixes every worker's streams
+        assert mine != [b_[key].tolist() for b_ in c]
+        assert mine[0] != mine[1]  # and the two workers draw different numbers
+    assert {d for b_ in a for d in b_["device"]} == {"cpu"}  # workers compute on the CPU
+
+
+def test_a_worker_that_dies_is_a_runtime_error():
+    class Dies(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            import os
+
+            os._exit(3)
+
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly"):
+        list(DataLoader(Dies(), num_workers=1))
+
+
+def test_a_slow_batch_times_out():
+    class Slow(Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            import time
+
+            time.sleep(5)
+            return i
+
+    with pytest.raises(RuntimeError, match="DataLoader timed out after 0.3 seconds"):
+        list(DataLoader(Slow(), num_workers=1, timeout=0.3))
+
+
+def test_an_error_in_worker_init_fn_is_raised_with_its_type():
+    def init(worker_id):
+        raise ValueError(f"bad init {worker_id}")
+
+    with pytest.raises(ValueError, match="(?s)Caught ValueError in DataLoader worker process 0.*bad init 0"):
+        list(DataLoader(_dataset(), num_workers=1, collate_fn=lambda b: b, worker_init_fn=init))
+
+
+def test_persistent_workers_drop_an_abandoned_epochs_batches():
+    class Items(Dataset):
+        def __len__(self):
+            return 20
+
+        def __getitem__(self, i):
+            return i
+
+    loader = DataLoader(Items(), batch_size=2, num_workers=2, persistent_workers=True, prefetch_factor=4)
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break  # batches 2.. are in flight when the next epoch starts
+    assert [b.tolist() for b in loader] == [[2 * k, 2 * k + 1] for k in range(10)]
+    procs = loader._pool.procs
+    assert [b.tolist() for b in loader][-1] == [18, 19] and loader._pool.procs is procs  # the same workers
+
+
+class Squares(Dataset):
+    """Module level, so that spawned workers can unpickle it."""
+
+    def __len__(self):
+        return 5
+
+    def __getitem__(self, i):
+        return i * i
+
+
+@pytest.mark.slow
+def test_spawned_workers():
+    loader = DataLoader(Squares(), batch_size=2, num_workers=2, multiprocessing_context="spawn")
+    assert [b.tolist() for b in loader] == [[0, 1], [4, 9], [16]]
+
+
+def test_a_tensor_dataset_is_gathered_in_the_main_process_whatever_num_workers():
+    ds = _dataset(7)
+    assert _labels(DataLoader(ds, batch_size=3, num_workers=2)) == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_random_sampler_epochs_are_seeded_and_replayable():
+    from gpugrad.utils.data import RandomSampler
+
+    s = RandomSampler(range(10), generator=gpugrad.Generator().manual_seed(0))
+    first, second = list(s), list(s)
+    assert sorted(first) == sorted(second) == list(range(10)) and first != second
+    s.set_epoch(0)
+    assert list(s) == first
+    assert np.random.default_rng((s.seed, 1)).permutation(10).tolist() == second
+
+
+def test_random_split_and_samplers_check_their_arguments():
+    from gpugrad.utils.data import RandomSampler, WeightedRandomSampler, random_split
+
+    with pytest.raises(ValueError, match="Fraction at index 1 is not between 0 and 1"):
+        random_split(range(4), [0.25, -0.25, 1.0])
+    with pytest.warns(UserWarning, match="Length of split at index 1 is 0"):
+        random_split(range(1), [0.5, 0.5])
+    with pytest.raises(ValueError, match="num_samples should be a positive integer value"):
+        RandomSampler(range(3), num_samples=0)
+    with pytest.raises(TypeError, match="replacement should be a boolean"):
+        RandomSampler(range(3), replacement=1)
+    with pytest.raises(ValueError, match="weights should be a 1d sequence"):
+        WeightedRandomSampler([[1.0]], 2)
+    with pytest.raises(RuntimeError, match="weights must be finite, non-negative"):
+        WeightedRandomSampler([1.0, -1.0], 2)
 
 
 # -- the embedded digits -------------------------------------------------------------------------------------------

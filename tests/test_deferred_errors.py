@@ -65,7 +65,7 @@ def test_references_keep_the_first_failure():
     reference.check_index(np, np.array([[1, 2], [3, 4]]), 5, status, 9)
     assert status.tolist() == [0, 0, 0, 0]  # all in range: nothing recorded
     x = np.zeros((3, 4))
-    loss, _ = reference.softmax_xent_fwd(np, x, np.array([0, 7, -2]), "mean", status, 4)
+    loss, _, _ = reference.softmax_xent_fwd(np, x, np.array([0, 7, -2]), "mean", status, 4)
     assert np.isnan(loss) and status.tolist() == [4, -2, 7, 0]
     reference.check_index(np, np.array([9]), 5, status, 9)
     assert status.tolist() == [4, -2, 7, 0]  # a later failure leaves the first one
@@ -91,13 +91,13 @@ READS = {
     "item": lambda t: t.sum().item(),
     "float": lambda t: float(t.sum()),
     "bool": lambda t: bool(t.sum() > 0),
-    "numpy": lambda t: t.detach().numpy(),
+    "numpy": lambda t: t.detach().numpy(force=True),  # numpy() of a CUDA tensor refuses, as torch's
     "tolist": lambda t: t.tolist(),
     "cpu": lambda t: t.cpu(),
     "to('cpu')": lambda t: t.to("cpu"),
     "repr": repr,
     "str": str,
-    "np.asarray": lambda t: np.asarray(t.detach()),
+    "np.asarray": lambda t: np.asarray(t.detach().cpu()),
     "pickle": lambda t: pickle.dumps(t.detach()),
     "synchronize": lambda t: gpugrad.cuda.synchronize(),
 }
@@ -132,8 +132,8 @@ def test_bad_rows_are_nan_until_the_check_fires():
     x = gpugrad.randn(4, 3, device="cuda", requires_grad=True)
     loss = F.cross_entropy(x, gpugrad.tensor([0, -1, 2, 5], device="cuda"), reduction="none")
     loss.sum().backward()
-    rows = loss.data.get()  # the raw device array: not a checked read
-    grad = x.grad.data.get()
+    rows = loss._data.get()  # the raw device array: not a checked read
+    grad = x.grad._data.get()
     assert np.isnan(rows[[1, 3]]).all() and np.isfinite(rows[[0, 2]]).all()
     assert np.isnan(grad[[1, 3]]).all() and np.isfinite(grad[[0, 2]]).all()
     with pytest.raises(IndexError, match=r"got min -1 and max 5"):

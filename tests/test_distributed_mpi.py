@@ -118,7 +118,7 @@ def test_ddp_unused_parameter_and_mismatched_models_are_named(ddp_run):
         assert "find_unused_parameters=True" in got["unused_error"]
         assert got["unused_error"].endswith(f"did not receive grad for rank {r}: spare.weight, spare.bias")
         assert got["unused_ok"] == [True] * 4
-        shapes = "; ".join(f"rank {k}: 0.weight ({16 + k}, 5) float64" for k in range(n))
+        shapes = "; ".join(f"rank {k}: 0.weight ({16 + k}, 5) gpugrad.float64" for k in range(n))
         assert f"ranks disagree on parameter 0 (0.weight): {shapes}" in got["mismatch_error"]
 
 

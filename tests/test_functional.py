@@ -79,7 +79,7 @@ def _same(ours, theirs, rtol=1e-9, atol=1e-11):
             _same(a, b, rtol, atol)
         return
     assert isinstance(ours, gpugrad.Tensor) and tuple(ours.shape) == tuple(theirs.shape), (ours, theirs.shape)
-    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(ours.detach().cpu().numpy(), theirs.detach().cpu().numpy(), rtol=rtol, atol=atol)
 
 
 def _flat(x):

@@ -60,9 +60,9 @@ class G:
     where = staticmethod(gpugrad.where)
     no_grad = staticmethod(gpugrad.no_grad)
     grad = staticmethod(gpugrad.autograd.grad)
-    var = staticmethod(lambda x, axis, keepdims, c: x.var(axis, keepdims, c))
-    std = staticmethod(lambda x, axis, keepdims, c: x.std(axis, keepdims, c))
-    gelu = staticmethod(lambda x: x.gelu())
+    var = staticmethod(lambda x, axis, keepdims, c: x.var(axis, keepdim=keepdims, correction=c))
+    std = staticmethod(lambda x, axis, keepdims, c: x.std(axis, keepdim=keepdims, correction=c))
+    gelu = staticmethod(lambda x: x.gelu(approximate="tanh"))
     cross_entropy = staticmethod(lambda x, t, reduction: gF.cross_entropy(x, t, reduction=reduction))
     mse_loss = staticmethod(lambda a, b, reduction: gF.mse_loss(a, b, reduction=reduction))
     layer_norm = staticmethod(lambda x, w, b: gF.layer_norm(x, x.shape[-1:], w, b, eps=1e-5))
@@ -787,7 +787,7 @@ def movement(p):
         shape = _factor_shape(p, x.shape)
         if op == "view" and not x.t.is_contiguous():
             p.feature("view_noncontiguous")
-        if x.numel() and x.g.data.flags.c_contiguous != x.t.is_contiguous():
+        if x.numel() and x.g._data.flags.c_contiguous != x.t.is_contiguous():
             p.feature(f"layout_differs_{op}")  # e.g. gpugrad's softmax over a non-last axis is not C-contiguous
         v = p.step(op, f"{x}.{op}({shape})", lambda lib, a: getattr(a, op)(shape), x)
     elif op == "flatten":

@@ -18,7 +18,7 @@ from gpugrad.nn import functional as F
 from gpugrad.optim.lr_scheduler import CosineAnnealingLR, StepLR
 
 CPU = "cpu"
-STEPS = 10
+STEPS = 20
 SHAPES = [(3, 4), (4,), (2, 3, 2)]
 
 
@@ -130,7 +130,15 @@ def run_torch(torch, name, cfg, groups_of, skip=()):
     return out
 
 
-TORCH_CONFIGS = [("SGD", c) for c in SGD_CONFIGS] + ADAM_CONFIGS
+NEW_CONFIGS = [("Adam", dict(lr=0.01, amsgrad=True)), ("AdamW", dict(lr=0.01, amsgrad=True, maximize=True)),
+               ("Adam", dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True)),
+               ("SGD", dict(lr=0.05, momentum=0.9, maximize=True, weight_decay=0.01)),
+               ("RMSprop", dict()), ("RMSprop", dict(alpha=0.9, eps=1e-6, weight_decay=0.1)),
+               ("RMSprop", dict(momentum=0.9)), ("RMSprop", dict(centered=True, maximize=True)),
+               ("RMSprop", dict(lr=0.005, momentum=0.5, centered=True, weight_decay=0.01)),
+               ("Adagrad", dict()), ("Adagrad", dict(lr=0.1, lr_decay=0.01, weight_decay=0.1, eps=1e-6)),
+               ("Adagrad", dict(initial_accumulator_value=0.5, maximize=True))]
+TORCH_CONFIGS = [("SGD", c) for c in SGD_CONFIGS] + ADAM_CONFIGS + NEW_CONFIGS
 # parameter 1 misses steps 0 and 4 (its first momentum / Adam step comes later, its step count lags), parameter 2
 # step 7: every parameter keeps its own state, as torch's per-parameter state does
 SKIPS = {(0, 1), (4, 1), (7, 2)}
@@ -220,6 +228,9 @@ def train_step(model, opt, x, y):
 MAKERS = {"sgd": lambda ps: optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
           "adam": lambda ps: optim.Adam(ps, lr=1e-2, weight_decay=1e-3),
           "adamw": lambda ps: optim.AdamW(ps, lr=1e-2)}
+MORE_MAKERS = {"amsgrad": lambda ps: optim.AdamW(ps, lr=1e-2, amsgrad=True),
+               "rmsprop": lambda ps: optim.RMSprop(ps, lr=1e-3, momentum=0.9, centered=True, weight_decay=1e-3),
+               "adagrad": lambda ps: optim.Adagrad(ps, lr=1e-2, lr_decay=1e-3, initial_accumulator_value=0.1)}
 
 
 @pytest.mark.parametrize("name", ["sgd", "adam"])
@@ -228,7 +239,7 @@ def test_buffers_stay_put_and_memory_stays_flat(name):
     opt = MAKERS[name](model.parameters())
     train_step(model, opt, x, y)
     ps = list(model.parameters())
-    ids = [(p.grad, p.grad.data.ctypes.data, p.data.ctypes.data) for p in ps]
+    ids = [(p.grad, p.grad._data.ctypes.data, p._data.ctypes.data) for p in ps]
     state_ptrs = [v.ctypes.data for p in ps for v in opt.state[p].values() if isinstance(v, np.ndarray)]
     before = host(ps[0]).copy()
     # NOTE: CPython 3.11 puts every freed 20-item tuple on a free list that allocation never takes from (up to 2000
@@ -253,7 +264,7 @@ def test_buffers_stay_put_and_memory_stays_flat(name):
     assert peak - peak_early < 32 * 1024, f"peak grew by {peak - peak_early} bytes"
     assert not np.array_equal(host(ps[0]), before)  # it did train
     for p, (g, gptr, dptr) in zip(ps, ids):
-        assert p.grad is g and p.grad.data.ctypes.data == gptr and p.data.ctypes.data == dptr
+        assert p.grad is g and p.grad._data.ctypes.data == gptr and p._data.ctypes.data == dptr
     assert state_ptrs == [v.ctypes.data for p in ps for v in opt.state[p].values() if isinstance(v, np.ndarray)]
 
 
@@ -276,21 +287,22 @@ def groups_by_kind(model):
 
 
 # ---- checkpoints -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", sorted(MAKERS))
+@pytest.mark.parametrize("name", sorted(MAKERS) + sorted(MORE_MAKERS))
 def test_resumed_training_is_bit_identical(name):
+    make = {**MAKERS, **MORE_MAKERS}[name]
     model, x, y = tiny_problem()
-    opt = MAKERS[name](model.parameters())
+    opt = make(model.parameters())
     for _ in range(10):
         train_step(model, opt, x, y)
     want = [host(p).copy() for p in model.parameters()]
 
     model, x, y = tiny_problem()
-    opt = MAKERS[name](model.parameters())
+    opt = make(model.parameters())
     for _ in range(5):
         train_step(model, opt, x, y)
     msd, osd = model.state_dict(), opt.state_dict()
     model2, _, _ = tiny_problem(seed=7)  # different initial values, then overwritten
-    opt2 = MAKERS[name](model2.parameters())
+    opt2 = make(model2.parameters())
     model2.load_state_dict(msd)
     opt2.load_state_dict(osd)
     for _ in range(5):
@@ -308,16 +320,17 @@ def test_optimizer_state_dict_contents_and_errors():
     assert [g["params"] for g in sd["param_groups"]] == [[0, 1, 2], [3, 4, 5]]
     assert sd["param_groups"][1]["lr"] == 0.02 and sd["param_groups"][0]["betas"] == (0.9, 0.999)
     st = sd["state"][0]
-    assert st["step"] == 2 and type(st["exp_avg"]) is np.ndarray
+    assert list(st) == ["step", "exp_avg", "exp_avg_sq"] and st["step"].item() == 2  # torch's names and order
+    assert isinstance(st["exp_avg"], gpugrad.Tensor) and st["exp_avg"].dtype == np.float32
     live = opt.state[model[0].weight]["exp_avg"]
-    assert not np.shares_memory(st["exp_avg"], live)  # a copy, not the live buffer
+    assert not np.shares_memory(st["exp_avg"].numpy(), live)  # a copy, not the live buffer
     with pytest.raises(ValueError, match="2 parameter groups, the optimizer has 1"):
         optim.Adam(model.parameters()).load_state_dict(sd)
     bad = {"state": sd["state"], "param_groups": [dict(sd["param_groups"][0], params=[0, 1]),
                                                   sd["param_groups"][1]]}
     with pytest.raises(ValueError, match="doesn't match the size"):
         optim.Adam(groups_by_kind(model)).load_state_dict(bad)
-    bad = {"state": {0: dict(st, exp_avg=np.zeros(3))}, "param_groups": sd["param_groups"]}
+    bad = {"state": {0: dict(st, exp_avg=gpugrad.zeros(3))}, "param_groups": sd["param_groups"]}
     with pytest.raises(ValueError, match=r"'exp_avg' of parameter 0 has shape \(3,\), but the parameter has shape"):
         optim.Adam(groups_by_kind(model)).load_state_dict(bad)
 
@@ -417,7 +430,7 @@ def test_a_step_is_one_update_per_group_and_dtype(monkeypatch, name):
     F.cross_entropy(model[4](model[3](model[2](h.double()))), y).backward()
     opt.step()
     # weights and biases (2 groups) x float32 and float64: 4 updates, each over all its parameters
-    tensors = sorted(len(c[2]) if name == "sgd" else (len(c) - 4) // 5 for c in calls)
+    tensors = sorted(len(c[2]) if name == "sgd" else (len(c) - 5) // 5 for c in calls)
     assert tensors == [1, 1, 2, 2]
 
 
@@ -435,7 +448,7 @@ def test_options_are_copied_to_the_device_only_when_they_change(monkeypatch):
         train_step(model, opt, x, y)
     assert sets == []  # made at the first step, untouched since
     hyper = {gi: arr for (gi, _), (_, arr) in opt._hyper.items()}
-    np.testing.assert_array_equal(hyper[1], [0.02, 0.8, 0.99, 1e-8, 0.0])
+    np.testing.assert_array_equal(hyper[1], [0.02, 0.8, 0.99, 1e-8, 0.0, 0.0])
     opt.param_groups[1]["lr"] = 0.5
     train_step(model, opt, x, y)
     assert len(sets) == 1 and hyper[1][0] == 0.5 and hyper[0][0] == 1e-2  # that group only, in place
@@ -455,7 +468,7 @@ def test_adam_step_counts_are_arrays_the_update_advances():
     step = opt.state[model[0].weight]["step"]
     assert type(step) is np.ndarray and step.dtype == np.int64 and step.shape == () and int(step) == 3
     saved = opt.state_dict()["state"][0]["step"]
-    assert type(saved) is int and saved == 3  # a number in checkpoints, as before
+    assert isinstance(saved, gpugrad.Tensor) and saved.dtype == np.float32 and saved.item() == 3  # as torch's
     opt2 = optim.Adam(model.parameters())
     opt2.load_state_dict({**opt.state_dict(), "state": {i: dict(st, step=np.array(st["step"]))
                                                         for i, st in opt.state_dict()["state"].items()}})
@@ -502,7 +515,8 @@ class Launches:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", ["sgd_multi_update_", "adam_multi_update_"])
+@pytest.mark.parametrize("name", ["sgd_multi_update_", "adam_multi_update_", "rmsprop_multi_update_",
+                                  "adagrad_multi_update_"])
 def test_multi_tensor_kernels_stride_across_tensors(monkeypatch, name, dtype):
     """The grid capped at 2 blocks (512 threads): tensors start past the first stride, large ones take several
     turns, and 18 tensors take two launches (16 + 2); under the emulator's random schedule, as the reference."""
@@ -517,12 +531,19 @@ def test_multi_tensor_kernels_stride_across_tensors(monkeypatch, name, dtype):
         out = [(rng.standard_normal(k) * scale).astype(dtype) for k in sizes]
         return [np.abs(a) for a in out] if positive else out
 
+    counts = [np.array(i % 5, np.int64) for i in range(len(sizes))]
     if name == "sgd_multi_update_":
-        args = (np.array([0.1, 0.9, 0.1, 0.01, 0.0]), [i % 4 == 0 for i in range(len(sizes))],
+        args = (np.array([0.1, 0.9, 0.1, 0.01, 0.0, 0.0]), [i % 4 == 0 for i in range(len(sizes))],
                 *arrays(), *arrays(), *arrays(0.1))
+    elif name == "adam_multi_update_":
+        args = (np.array([1e-2, 0.9, 0.999, 1e-8, 0.01, 0.0]), np.zeros(1, np.uint32), True, True, *arrays(),
+                *arrays(), *arrays(0.1), *arrays(0.01, positive=True), *arrays(0.01, positive=True), *counts)
+    elif name == "rmsprop_multi_update_":
+        args = (np.array([1e-2, 0.9, 1e-8, 0.01, 0.9, 1.0]), True, True, *arrays(), *arrays(),
+                *[a + 1 for a in arrays(positive=True)], *arrays(0.1), *arrays(0.1))
     else:
-        args = (np.array([1e-2, 0.9, 0.999, 1e-8, 0.01]), np.zeros(1, np.uint32), True, *arrays(), *arrays(),
-                *arrays(0.1), *arrays(0.01, positive=True), *[np.array(i % 5, np.int64) for i in range(len(sizes))])
+        args = (np.array([1e-2, 0.1, 0.01, 1e-10, 0.0]), np.zeros(1, np.uint32), *arrays(), *arrays(),
+                *arrays(positive=True), *counts)
     copy = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     rt = Launches(emu.EmuRuntime(source_for_family=kernels.source, include_dirs=[str(kernels.kernel_dir())],
                                  schedule="random", seed=3))
@@ -566,7 +587,7 @@ def test_cuda_state_lives_on_the_device_and_checkpoints_as_on_the_cpu():
         sds.append(opt.state_dict())
     for i, st in sds[0]["state"].items():
         assert sds[1]["state"][i]["step"] == st["step"] == 4
-        np.testing.assert_allclose(sds[1]["state"][i]["exp_avg"], st["exp_avg"], rtol=1e-12)
+        np.testing.assert_allclose(sds[1]["state"][i]["exp_avg"].cpu().numpy(), st["exp_avg"].numpy(), rtol=1e-12)
 
 
 @pytest.mark.gpu
@@ -591,3 +612,125 @@ def test_cuda_more_parameters_than_one_launch_takes():
         results.append([p.detach().cpu().numpy() for p in model.parameters()])
     for a, b in zip(*results):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+# ---- RMSprop, Adagrad, AMSGrad and maximize: validation, state layout, one launch per step on the device -----------
+def test_new_options_are_validated_with_torchs_messages():
+    p = [nn.Parameter(gpugrad.ones(2))]
+    cases = [(lambda: optim.RMSprop(p, lr=-1), "Invalid learning rate: -1"),
+             (lambda: optim.RMSprop(p, alpha=-0.5), "Invalid alpha value: -0.5"),
+             (lambda: optim.RMSprop(p, momentum=-0.1), "Invalid momentum value: -0.1"),
+             (lambda: optim.RMSprop(p, eps=-1.0), "Invalid epsilon value: -1.0"),
+             (lambda: optim.Adagrad(p, lr_decay=-1), "Invalid lr_decay value: -1"),
+             (lambda: optim.Adagrad(p, initial_accumulator_value=-2), "Invalid initial_accumulator_value value: -2"),
+             (lambda: optim.Adagrad(p, weight_decay=-3), "Invalid weight_decay value: -3"),
+             (lambda: optim.Adam(p, differentiable=True), "differentiable=True .* is not supported")]
+    for make, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            make()
+
+
+@pytest.mark.parametrize("make, keys", [
+    (lambda ps: optim.Adam(ps, amsgrad=True), ["step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"]),
+    (lambda ps: optim.RMSprop(ps, momentum=0.9, centered=True), ["step", "square_avg", "momentum_buffer",
+                                                                   "grad_avg"]),
+    (lambda ps: optim.Adagrad(ps), ["step", "sum"]),
+    (lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), ["momentum_buffer"]),
+])
+def test_state_dict_entries_are_torchs(make, keys):
+    ps = [nn.Parameter(gpugrad.ones(3)), nn.Parameter(gpugrad.ones(2))]
+    opt = make(ps)
+    for _ in range(2):
+        for p in ps:
+            p.grad = gpugrad.ones(p.shape)
+        opt.step()
+    st = opt.state_dict()["state"][1]
+    assert list(st) == keys
+    if "step" in st:
+        assert st["step"].dtype == np.float32 and st["step"].shape == () and st["step"].item() == 2
+
+
+def test_schedules_that_change_betas_or_momentum_reach_the_kernels():
+    from gpugrad.optim.lr_scheduler import OneCycleLR
+
+    for make, index in ((lambda ps: optim.Adam(ps, lr=0.01), 1), (lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), 1)):
+        p = nn.Parameter(gpugrad.ones(2))
+        opt = make([p])
+        p.grad = gpugrad.ones(2)
+        opt.step()
+        sched = OneCycleLR(opt, max_lr=1.0, total_steps=10)
+        for _ in range(3):
+            opt.step()
+            sched.step()
+        (_, hyper), = opt._hyper.values()
+        g = opt.param_groups[0]
+        assert hyper[0] == g["lr"] and hyper[index] == (g["betas"][0] if "betas" in g else g["momentum"])
+
+
+NEW_MAKERS = {"adam-amsgrad": lambda ps: optim.Adam(ps, lr=0.05, amsgrad=True, maximize=True),
+              "rmsprop": lambda ps: optim.RMSprop(ps, lr=0.01, momentum=0.9, centered=True, weight_decay=0.01),
+              "adagrad": lambda ps: optim.Adagrad(ps, lr=0.1, lr_decay=0.05, weight_decay=0.01),
+              "sgd-maximize": lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, maximize=True)}
+TORCH_MAKERS = {"adam-amsgrad": lambda t, ps: t.optim.Adam(ps, lr=0.05, amsgrad=True, maximize=True),
+                "rmsprop": lambda t, ps: t.optim.RMSprop(ps, lr=0.01, momentum=0.9, centered=True, weight_decay=0.01),
+                "adagrad": lambda t, ps: t.optim.Adagrad(ps, lr=0.1, lr_decay=0.05, weight_decay=0.01),
+                "sgd-maximize": lambda t, ps: t.optim.SGD(ps, lr=0.1, momentum=0.9, maximize=True)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(NEW_MAKERS))
+def test_cuda_step_is_one_launch_without_syncs_or_transfers(name):
+    from gpugrad.optim.lr_scheduler import StepLR
+    from gpugrad.testing import cuda_sim
+
+    if not cuda_sim.enabled():
+        pytest.skip("counts launches on the simulated device")
+    ps = [nn.Parameter(gpugrad.tensor(v, dtype=np.float32, device="cuda")) for v in initial_values()]
+    opt = NEW_MAKERS[name](ps)
+    for p in ps:
+        p.grad = gpugrad.ones(p.shape, device="cuda")
+    opt.step()  # the first step makes the state, the options' device copy and the counts
+    sched = StepLR(opt, 1, 0.5)
+    for _ in range(2):
+        cuda_sim.reset_counters()
+        with cuda_sim.forbid_syncs(f"{name} step()"), cuda_sim.trace() as events:
+            opt.step()
+        kernel = name.split("-")[0] + "_multi_update_<float>"
+        assert [w for e, w in events if e == "launch"] == [kernel]
+        counts = cuda_sim.counters()
+        assert (counts["launches"], counts["syncs"], counts["allocs"], counts["h2d"]) == (1, 0, 0, 0), counts
+        sched.step()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(NEW_MAKERS))
+def test_cuda_captured_step_replays_with_its_lr_schedule(torch, name):
+    """As test_cuda_path's test for SGD and AdamW: the graph reads options and advances step counts on the device."""
+    from gpugrad.backend import cuda as cuda_backend
+    from gpugrad.optim.lr_scheduler import StepLR
+
+    cupy = cuda_backend.cupy_module()
+    init, grads = initial_values(), grad_sequence()[0]
+    ps = [nn.Parameter(gpugrad.tensor(v, device="cuda")) for v in init]
+    tps = [torch.tensor(v, requires_grad=True) for v in init]
+    for p, tp, g in zip(ps, tps, grads):
+        p.grad, tp.grad = gpugrad.tensor(g, device="cuda"), torch.from_numpy(g.copy())
+    opt, topt = NEW_MAKERS[name](ps), TORCH_MAKERS[name](torch, tps)
+    sched, tsched = StepLR(opt, 2, 0.5), torch.optim.lr_scheduler.StepLR(topt, 2, 0.5)
+    opt.step()
+    topt.step()
+    sched.step()
+    tsched.step()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        opt.step()
+        graph = stream.end_capture()
+    for _ in range(5):
+        graph.launch(stream)
+        topt.step()
+        sched.step()
+        tsched.step()
+    stream.synchronize()
+    for p, tp in zip(ps, tps):
+        np.testing.assert_allclose(p.detach().cpu().numpy(), tp.detach().numpy(), rtol=1e-10, atol=1e-12)

@@ -82,13 +82,23 @@ class Function:
     def backward(ctx, *grads):
         raise NotImplementedError
 
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        """torch 2's style: a class that defines it has ``forward(*args)`` without ctx, then this fills ctx."""
+        raise NotImplementedError
+
     @classmethod
     def apply(cls, *args):
         from gpugrad._tensor import Tensor
 
         ctx = FunctionCtx()
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
         with no_grad():
-            out = cls.forward(ctx, *args)
+            if cls.setup_context is Function.setup_context:
+                out = cls.forward(ctx, *args)
+            else:
+                out = cls.forward(*args)
+                cls.setup_context(ctx, args, out)
         if not isinstance(out, Tensor):
             raise TypeError(f"{cls.__name__}.forward must return one Tensor, got {type(out).__name__}")
         ts = [a for a in args if isinstance(a, Tensor)]

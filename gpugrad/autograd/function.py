@@ -14,6 +14,7 @@ from gpugrad.autograd import forward_ad as _forward_ad
 from gpugrad.autograd.anomaly import STATE as _ANOMALY, record as _record_stack
 from gpugrad.autograd.grad_mode import STATE
 from gpugrad.backend import backend_of, graphs as _graphs
+from gpugrad.dtypes import promoted as _promoted
 
 
 class Node:
@@ -189,6 +190,9 @@ class Op(Node):
     """
 
     double_backward = False
+    # Type promotion of the tensor inputs (dtypes.promoted): True as torch's binary ops, "float" where integers
+    # compute in the default float dtype (true division, exp), "same" where mixed dtypes are an error (matmul).
+    promotes = False
     # A linear op's JVP is the op applied to the tangents (forward_ad._linear_jvp); others define
     # ``jvp(self, xp, ins, out, ts)``: the output's tangent from the inputs ``ins``, the output ``out`` and the
     # inputs' tangents ``ts`` (None where an input has none), as arrays, or as Tensors when xp is autograd.tensor_xp.
@@ -227,6 +231,8 @@ class Op(Node):
     @classmethod
     def apply(cls, *args, **params):
         # The hot path of every op: one pass over the inputs, no generators, no imports.
+        if cls.promotes:  # torch's type promotion: the inputs cast to the dtype the op computes in
+            args = _promoted(cls, args)
         fn = cls.__new__(cls)
         if params:
             fn.__dict__.update(params)

@@ -24,6 +24,16 @@ def is_inference_mode_enabled() -> bool:
 class _Mode:
     """Base: subclasses say what to set on entry; exit restores what was there."""
 
+    _bare = True  # usable as a bare decorator, as torch's: @no_grad (no parentheses) gets the function itself
+
+    def __new__(cls, *args):
+        if cls._bare and len(args) == 1 and callable(args[0]):
+            return cls()(args[0])
+        return super().__new__(cls)
+
+    def __init__(self):
+        pass
+
     def _enter(self):
         raise NotImplementedError
 
@@ -60,6 +70,8 @@ class enable_grad(_Mode):
 
 
 class set_grad_enabled(_Mode):
+    _bare = False
+
     def __init__(self, mode: bool):
         self._args = (mode,)
         self.mode = bool(mode)

@@ -17,7 +17,7 @@ def _outputs(fn, inputs):
 
 def _flat_outputs(fn, inputs):
     # Not under no_grad: fn may itself differentiate (a gradient-of-gradient check).
-    return np.concatenate([np.asarray(o.detach().numpy(), dtype=np.float64).ravel()
+    return np.concatenate([np.asarray(o.detach().numpy(force=True), dtype=np.float64).ravel()
                                for o in _outputs(fn, inputs)])
 
 
@@ -53,7 +53,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, fast_mode=False, seed=
         live = [k for k, o in enumerate(outs) if o.requires_grad]
         grads = grad([outs[k] for k in live], [inputs[i] for i in diff], [gouts[k] for k in live],
                      retain_graph=True, allow_unused=True) if live else [None] * len(diff)
-        analytic = sum(float(np.sum(g.numpy() * vs[i])) for g, i in zip(grads, diff) if g is not None)
+        analytic = sum(float(np.sum(g.numpy(force=True) * vs[i])) for g, i in zip(grads, diff) if g is not None)
         plus = _perturbed(fn, inputs, {i: eps * vs[i] for i in diff})
         minus = _perturbed(fn, inputs, {i: -eps * vs[i] for i in diff})
         numeric = float(np.dot((plus - minus) / (2 * eps), np.concatenate([u.ravel() for u in us])))
@@ -83,7 +83,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, fast_mode=False, seed=
                     (g,) = grad(o, x, Tensor(onehot.reshape(o.shape), dtype=o.dtype, device=o.device),
                                 retain_graph=True, allow_unused=True)
                     if g is not None:
-                        analytic[row] = np.asarray(g.numpy(), dtype=np.float64).ravel()
+                        analytic[row] = np.asarray(g.numpy(force=True), dtype=np.float64).ravel()
                 row += 1
         bad = ~(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric))
         if bad.any():

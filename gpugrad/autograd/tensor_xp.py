@@ -135,6 +135,32 @@ def expm1(x):
     return x.expm1()
 
 
+def erf(x):
+    return x.erf()
+
+
+def cumsum(x, axis):
+    return x.cumsum(axis)
+
+
+def cumprod(x, axis):
+    return x.cumprod(axis)
+
+
+def flip(x, axis):
+    return x.flip(axis)
+
+
+def trunc(x):
+    return x.trunc()
+
+
+def einsum(equation, *operands, optimize=False):
+    from gpugrad.ops.linalg import Einsum
+
+    return Einsum.apply(*operands, equation=equation)
+
+
 def fit(gx, meta):
     """The engine's unbroadcast + cast, as differentiable ops."""
     shape, dtype = meta

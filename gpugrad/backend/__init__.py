@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from gpugrad.backend import device as _device
 from gpugrad.backend.device import Device, parse_device
 
 
@@ -104,7 +105,10 @@ def is_array(obj) -> bool:
 
 
 def default_device() -> Device:
-    """CUDA when available, else CPU; ``GPUGRAD_DEVICE`` overrides (e.g. ``GPUGRAD_DEVICE=cpu``)."""
+    """``set_default_device``'s (or an enclosing ``with gpugrad.device(...)``'s) choice, else CUDA when available,
+    else CPU; ``GPUGRAD_DEVICE`` overrides the last two (e.g. ``GPUGRAD_DEVICE=cpu``)."""
+    if _device._STACK[-1] is not None:
+        return parse_device(_device._STACK[-1])
     env = os.environ.get("GPUGRAD_DEVICE")
     if env:
         return parse_device(env)

@@ -10,7 +10,7 @@ raises the op's own error the next time it reads from that device anyway: ``Tens
 copy, only when a check ran on the device since the host last looked. On the CPU the checks raise at once::
 
     status, site = deferred.fused_check(t, C, IndexError, "cross_entropy: ... got min {lo} and max {hi}")
-    loss, lse = kernels.softmax_xent_fwd(xp, x, t, "mean", status, site)  # on CUDA the kernel checks t
+    loss, lse, aux = kernels.softmax_xent_fwd(xp, x, t, "mean", status, site)  # on CUDA the kernel checks t
     loss.item()                                                           # raises the IndexError here
 
 Messages are ``str.format`` templates over ``lo`` and ``hi`` (the ids' min and max) and ``bad`` (lo if negative,

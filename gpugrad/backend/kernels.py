@@ -110,7 +110,8 @@ RAW_KERNELS = {
                "sum_rows"),
     "loss": ("softmax_xent_fwd", "softmax_xent_bwd"),
     "norm": ("layer_norm_fwd", "layer_norm_bwd", "layer_norm_bwd_wb"),
-    "optim": ("sgd_update_", "adam_update_", "sgd_multi_update_", "adam_multi_update_"),
+    "optim": ("sgd_update_", "adam_update_", "sgd_multi_update_", "adam_multi_update_", "rmsprop_multi_update_",
+              "adagrad_multi_update_"),
     "check": ("check_index", "check_finite"),  # check_index per index type (INDEX_CTYPES), not per float type
 }
 INDEX_CTYPES = {"int32": "int", "int64": "long long"}
@@ -191,6 +192,8 @@ USES = {
     "adam_update_": ("optim:adam_update_",),
     "sgd_multi_update_": ("optim:sgd_multi_update_",),
     "adam_multi_update_": ("optim:adam_multi_update_",),
+    "rmsprop_multi_update_": ("optim:rmsprop_multi_update_",),
+    "adagrad_multi_update_": ("optim:adagrad_multi_update_",),
 }
 
 
@@ -636,9 +639,7 @@ def _check_reduction(name, reduction):
         raise ValueError(f"{name}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
 
 
-def _divisor(reduction, rows):
-    """The kernels' reduction parameter: 0 no reduction, else the sum is divided by it (1 'sum', rows 'mean')."""
-    return {"none": 0.0, "sum": 1.0, "mean": float(rows)}[reduction]
+_REDUCE = {"none": 0, "sum": 1, "mean": 2}  # the kernels' reduce parameter
 
 
 def _check_targets(name, x, t):
@@ -647,57 +648,71 @@ def _check_targets(name, x, t):
     _check_shapes(name, x.shape[:1], t)
 
 
-def _xent_fwd(name, x, t, sign, reduction, status, site):
+def _xent_in(name, x, t, reduction, w, row_vectors=()):
+    """Checked, C-contiguous (rt, x, w, *row_vectors, t): w (cols,) of x's dtype, or None (a null pointer: all 1)."""
     _check_targets(name, x, t)
     _check_reduction(name, reduction)
+    w = None if w is None else w.astype(x.dtype, copy=False)  # class weights in x's dtype, as the reference
+    rt, x, *rv, w = _rows_in(name, x, row_vectors=row_vectors, col_vectors=[w])
+    return (rt, x, w, *rv, rt.ascontiguousarray(t.astype("int64", copy=False)))
+
+
+def _ignore_args(ignore_index):
+    return (0, 0) if ignore_index is None else (1, int(ignore_index))
+
+
+def _xent_fwd(name, x, t, sign, reduction, status, site, w=None, ignore_index=None, smoothing=0.0):
     _check_status(name, status)
-    rt, x = _rows_in(name, x)
+    rt, x, w, t = _xent_in(name, x, t, reduction, w)
     rows = x.shape[0]
-    t = rt.ascontiguousarray(t.astype("int64", copy=False))
-    loss, lse = rt.empty((rows,), x.dtype), rt.empty((rows,), x.dtype)
+    loss, lse, aux = rt.empty((rows,), x.dtype), rt.empty((rows,), x.dtype), rt.empty((2,), x.dtype)
     total = loss if reduction == "none" else rt.empty((), x.dtype)
     if rows == 0:  # no launch: the sum of no rows is 0, their mean NaN (0 / 0)
+        aux[...] = reference.xent_aux(rt.xp, x, t, w)
         if reduction != "none":
             total[...] = 0.0 if reduction == "sum" else math.nan
-        return total, lse
-    _launch_rows(rt, "loss", "softmax_xent_fwd", x, (x, t, loss, lse, total, _status(rt, status), x.shape[1], sign,
-                                                     _divisor(reduction, rows), int(site)))
-    return total, lse
+        return total, lse, aux
+    _launch_rows(rt, "loss", "softmax_xent_fwd", x, (x, t, w, loss, lse, total, aux, _status(rt, status), x.shape[1],
+                                                     sign, _REDUCE[reduction], *_ignore_args(ignore_index),
+                                                     float(smoothing), int(site)))
+    return total, lse, aux
 
 
-def _xent_bwd(name, x, t, lse, g, sign, reduction):
-    _check_targets(name, x, t)
-    _check_reduction(name, reduction)
+def _xent_bwd(name, x, t, lse, g, sign, reduction, w=None, ignore_index=None, smoothing=0.0, aux=None):
     if reduction == "none":
-        rt, x, lse, g = _rows_in(name, x, row_vectors=[lse, g])
+        rt, x, w, lse, g, t = _xent_in(name, x, t, reduction, w, [lse, g])
     else:  # the 0-d upstream gradient of the sum or mean, read by the kernel
         _check_float(name, x, g)
         _check_shapes(name, (), g)
-        rt, x, lse = _rows_in(name, x, row_vectors=[lse])
+        rt, x, w, lse, t = _xent_in(name, x, t, reduction, w, [lse])
         g = rt.ascontiguousarray(g)
-    t = rt.ascontiguousarray(t.astype("int64", copy=False))
+    if aux is None:  # called without the forward's (den, W): the same terms, from the reference
+        aux = reference.xent_aux(rt.xp, x, t, w, ignore_index)
+    _check_float(name, x, aux)
+    _check_shapes(name, (2,), aux)
     gx = rt.empty(x.shape, x.dtype)
-    _launch_rows(rt, "loss", "softmax_xent_bwd", x,
-                 (x, t, lse, g, gx, x.shape[1], sign, _divisor(reduction, x.shape[0])))
+    _launch_rows(rt, "loss", "softmax_xent_bwd", x, (x, t, w, lse, g, rt.ascontiguousarray(aux), gx, x.shape[1], sign,
+                                                     _REDUCE[reduction], *_ignore_args(ignore_index), float(smoothing)))
     return gx
 
 
-def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0):
-    """(loss, lse), loss_i = -log_softmax(x)[i, t_i] = log Σ - (x[i, t_i] - max) (lse_i = max + log Σ), reduced
-    ('none' | 'sum' | 'mean': 0-d) in the same launch; NaN rows where t_i is outside [0, cols), recorded in status
-    under site."""
-    return _xent_fwd("softmax_xent_fwd", x, t, 1.0, reduction, status, site)
+def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0, w=None, ignore_index=None, smoothing=0.0):
+    """(loss, lse, aux), loss_i = (1 - e) w[t_i] (log Σ - (x[i, t_i] - max)) + e / C Σ_c w_c (log Σ - (x[i, c] - max))
+    (lse_i = max + log Σ; torch's class weights w, label smoothing e), 0 where t_i == ignore_index, reduced ('none' |
+    'sum' | 'mean' over the summed row weights: 0-d) in the same launch; aux = (summed row weights, Σ w); NaN rows
+    where t_i is outside [0, cols) and not ignored, recorded in status under site."""
+    return _xent_fwd("softmax_xent_fwd", x, t, 1.0, reduction, status, site, w, ignore_index, smoothing)
 
 
-def softmax_xent_bwd(xp, x, t, lse, gloss, reduction="none"):
-    """gx = g_i * (softmax(x)_i - onehot(t_i)), g_i = gloss_i ('none') or gloss / rows ('mean', 0-d gloss) or gloss
-    ('sum'); NaN rows for invalid targets."""
-    return _xent_bwd("softmax_xent_bwd", x, t, lse, gloss, 1.0, reduction)
+def softmax_xent_bwd(xp, x, t, lse, gloss, reduction="none", w=None, ignore_index=None, smoothing=0.0, aux=None):
+    """gx = g_i * (softmax(x)_i a_i - onehot(t_i) b_i - e_i w) (reference._xent_grad), g_i = gloss_i ('none') or
+    gloss / aux[0] ('mean', 0-d gloss) or gloss ('sum'); NaN rows for invalid targets, 0 rows for ignored ones."""
+    return _xent_bwd("softmax_xent_bwd", x, t, lse, gloss, 1.0, reduction, w, ignore_index, smoothing, aux)
 
 
 def token_logprob_fwd(xp, x, t, status=None, site=0):
     """(logp, lse), logp_i = log_softmax(x)[i, t_i] = (x[i, t_i] - max) - log Σ (the cross-entropy kernel, sign -1)."""
-    return _xent_fwd("token_logprob_fwd", x, t, -1.0, "none", status, site)
+    return _xent_fwd("token_logprob_fwd", x, t, -1.0, "none", status, site)[:2]
 
 
 def token_logprob_bwd(xp, x, t, lse, glogp):
@@ -861,9 +876,10 @@ def adam_update_(xp, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, deco
 _MT_SLOTS = 16  # = GG_MT_SLOTS in optim.cu
 
 
-def _multi_in(name, hyper, n, tensors, float_runs, counts=False):
+def _multi_in(name, hyper, n, tensors, float_runs, counts=False, n_hyper=6):
     """Validate a multi-tensor call whose ``tensors`` are runs of n arrays: parameters, gradients, then state
-    arrays (``float_runs`` counts allowed for these float runs), then int64 0-d step counts when ``counts``.
+    arrays (``float_runs`` counts allowed for these float runs), then int64 0-d step counts when ``counts``;
+    ``hyper``: the kernel's float64 options array of ``n_hyper`` entries.
     Returns (runtime, C type, contiguous hyper, runs, write-backs): parameters and states are updated in place, in
     contiguous work copies for non-contiguous ones (the (array, copy) write-backs), gradients may have any layout."""
     n_runs = len(tensors) // n if n else 0
@@ -877,8 +893,8 @@ def _multi_in(name, hyper, n, tensors, float_runs, counts=False):
         _check_shapes(name, runs[0][i].shape, *(run[i] for run in floats[1:]))
     if counts and any(s.dtype != "int64" or s.shape != () for s in runs[-1]):
         raise TypeError(f"{name}: step counts must be int64 0-d arrays, got {_describe(runs[-1])}")
-    if hyper.dtype != "float64" or hyper.shape != (5,):  # the kernels read hyper[0..4]
-        raise TypeError(f"{name}: hyper must be a float64 array of shape (5,), got {_describe([hyper])}")
+    if hyper.dtype != "float64" or hyper.shape != (n_hyper,):  # the kernel reads hyper[0 .. n_hyper - 1]
+        raise TypeError(f"{name}: hyper must be a float64 array of shape ({n_hyper},), got {_describe([hyper])}")
     rt = runtime()
     CALLS[name] += 1
     back = []
@@ -910,7 +926,8 @@ def _multi_launch(rt, name, ctype, head, slots, sizes, null_slot, always, back):
 def sgd_multi_update_(xp, hyper, first_steps, *tensors):
     """sgd_update_ of n = len(first_steps) tensors at once: ``tensors`` = n parameters, their n gradients and, for
     momentum, their n momentum buffers (given buffers mean momentum is applied); ``hyper`` = float64 [lr, momentum,
-    dampening, weight_decay, nesterov] on the device, read by the kernel; ``first_steps[i]``: buffer i starts as d."""
+    dampening, weight_decay, nesterov, maximize] on the device, read by the kernel; ``first_steps[i]``: buffer i
+    starts as d."""
     name = "sgd_multi_update_"
     n = len(first_steps)
     rt, ctype, hyper, runs, back = _multi_in(name, hyper, n, tensors, (2, 3))
@@ -919,20 +936,51 @@ def sgd_multi_update_(xp, hyper, first_steps, *tensors):
     _multi_launch(rt, name, ctype, (hyper,), slots, [p.size for p in runs[0]], (None, None, None, 0, 0), False, back)
 
 
-def adam_multi_update_(xp, hyper, ticket, decoupled, *tensors):
-    """adam_update_ of n tensors at once: ``tensors`` = n parameters, n gradients, n exp_avg, n exp_avg_sq and n
-    step counts (int64 0-d arrays, the steps taken so far: this is step count + 1, and every count advances by one,
-    on the device); ``hyper`` = float64 [lr, beta1, beta2, eps, weight_decay] on the device, read by the kernel;
-    ``ticket``: a zero uint32 (1,) array the kernel counts finished blocks in (left 0), or None for a fresh one."""
-    name = "adam_multi_update_"
-    rt, ctype, hyper, runs, back = _multi_in(name, hyper, len(tensors) // 5, tensors, (4,), counts=True)
+def _ticket(rt, name, ticket):
     if ticket is None:
-        ticket = rt.zeros((1,), "uint32")
-    elif ticket.dtype != "uint32" or ticket.shape != (1,):
+        return rt.zeros((1,), "uint32")
+    if ticket.dtype != "uint32" or ticket.shape != (1,):
         raise TypeError(f"{name}: ticket must be a uint32 array of shape (1,), got {_describe([ticket])}")
-    slots = [(p, g, m, v, s, p.size) for p, g, m, v, s in zip(*runs)]
+    return ticket
+
+
+def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors):
+    """adam_update_ of n tensors at once: ``tensors`` = n parameters, n gradients, n exp_avg, n exp_avg_sq, (with
+    ``amsgrad``) n max_exp_avg_sq and n step counts (int64 0-d arrays, the steps taken so far: this is step count + 1,
+    and every count advances by one, on the device); ``hyper`` = float64 [lr, beta1, beta2, eps, weight_decay,
+    maximize] on the device, read by the kernel; ``ticket``: a zero uint32 (1,) array the kernel counts finished
+    blocks in (left 0), or None for a fresh one."""
+    name, n = "adam_multi_update_", len(tensors) // (5 + bool(amsgrad))
+    rt, ctype, hyper, runs, back = _multi_in(name, hyper, n, tensors, (4 + bool(amsgrad),), counts=True)
+    ticket = _ticket(rt, name, ticket)
+    vmax = runs[4] if amsgrad else [None] * n
+    slots = [(p, g, m, v, vm, s, p.size) for p, g, m, v, vm, s in zip(*runs[:4], vmax, runs[-1])]
     _multi_launch(rt, name, ctype, (hyper, ticket, int(bool(decoupled))), slots, [s[-1] for s in slots],
-                  (None,) * 5 + (0,), True, back)
+                  (None,) * 6 + (0,), True, back)
+
+
+def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors):
+    """torch.optim.RMSprop's step of n tensors at once: ``tensors`` = n parameters, n gradients, n square_avg, (when
+    ``centered``) n grad_avg and (with ``momentum``) n momentum buffers; ``hyper`` = float64 [lr, alpha, eps,
+    weight_decay, momentum, maximize] on the device, read by the kernel."""
+    name, runs_n = "rmsprop_multi_update_", 3 + bool(centered) + bool(momentum)
+    n = len(tensors) // runs_n
+    rt, ctype, hyper, runs, back = _multi_in(name, hyper, n, tensors, (runs_n,))
+    ga = runs[3] if centered else [None] * n
+    bufs = runs[-1] if momentum else [None] * n
+    slots = [(p, g, sq, a, b, p.size) for p, g, sq, a, b in zip(*runs[:3], ga, bufs)]
+    _multi_launch(rt, name, ctype, (hyper,), slots, [s[-1] for s in slots], (None,) * 5 + (0,), False, back)
+
+
+def adagrad_multi_update_(xp, hyper, ticket, *tensors):
+    """torch.optim.Adagrad's step of n tensors at once: ``tensors`` = n parameters, n gradients, n sums of squares
+    and n step counts (int64 0-d arrays, advanced by one on the device, as Adam's); ``hyper`` = float64 [lr,
+    lr_decay, weight_decay, eps, maximize] on the device; ``ticket`` as adam_multi_update_'s."""
+    name = "adagrad_multi_update_"
+    rt, ctype, hyper, runs, back = _multi_in(name, hyper, len(tensors) // 4, tensors, (3,), counts=True, n_hyper=5)
+    ticket = _ticket(rt, name, ticket)
+    slots = [(p, g, s, c, p.size) for p, g, s, c in zip(*runs)]
+    _multi_launch(rt, name, ctype, (hyper, ticket), slots, [s[-1] for s in slots], (None,) * 4 + (0,), True, back)
 
 
 def set_hyper_(xp, hyper, values):

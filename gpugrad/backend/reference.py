@@ -33,14 +33,14 @@ _HALF, _FLOAT = np.dtype(np.float16), np.dtype(np.float32)
 # Results an op only saves for its own backward stay float32, as PyTorch keeps layer norm's mean/rstd: a float16
 # mean or rstd loses the digits that xhat = (x - mean) * rstd needs, and a float16 lse (|lse| ~ 10) shifts every
 # probability exp(x - lse) of the cross-entropy gradient by up to ~4 float16 ulps.
-_KEEP_FLOAT32 = {"layer_norm_fwd": (1, 2), "softmax_xent_fwd": (1,), "token_logprob_fwd": (1,)}
+_KEEP_FLOAT32 = {"layer_norm_fwd": (1, 2), "softmax_xent_fwd": (1, 2), "token_logprob_fwd": (1,)}
 _IN_PLACE = {"accumulate_": 0, "copy_": 0}  # the argument a function updates in place (and returns)
 # Optimizer updates refuse float16 parameters instead of computing them in float32 in place: p and the state would
 # still be stored in float16, where Adam's (1 - beta2) * g^2 rounds to 0 for |g| < ~5e-3 (float16 stops at 6e-8;
 # then lr * m / eps explodes) and a step below half an ulp of p (p ~ 1: |lr * d| < 5e-4) is rounded away, so
 # training stalls or diverges silently. float32 master parameters (.float()) are the standard fix.
 _UPDATES = {"sgd_update_": "SGD", "adam_update_": "Adam/AdamW", "sgd_multi_update_": "SGD",
-            "adam_multi_update_": "Adam/AdamW"}
+            "adam_multi_update_": "Adam/AdamW", "rmsprop_multi_update_": "RMSprop", "adagrad_multi_update_": "Adagrad"}
 
 
 def float16_params_error(optimizer, shape, dtype) -> TypeError:
@@ -137,6 +137,75 @@ def gelu_bwd(xp, x, gy):
         x2 = x * x
         t = xp.tanh(k * (x + a * x2 * x))
         return gy * (_s(x, 0.5) * (1 + t) + _s(x, 0.5) * x * (1 - t * t) * k * (1 + _s(x, 3) * a * x2))
+
+
+# W. J. Cody's rational approximations of erf (Math. Comp. 23, 1969; SPECFUN CALERF), within 3 ulp of the float64 erf
+# (tests/test_nn.py holds them to math.erf): erf on |x| <= 0.5, erfc on (0.5, 4] and beyond, where exp(-x^2) is
+# split as exp(-s^2) exp(-(x - s)(x + s)), s = x rounded down to 1/16, so x^2 adds no rounding error.
+_ERF_A = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02, 3.20937758913846947e03,
+          1.85777706184603153e-1)
+_ERF_B = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03, 2.84423683343917062e03)
+_ERF_C = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01, 2.98635138197400131e02,
+          8.81952221241769090e02, 1.71204761263407058e03, 2.05107837782607147e03, 1.23033935479799725e03,
+          2.15311535474403846e-8)
+_ERF_D = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02, 1.62138957456669019e03,
+          3.29079923573345963e03, 4.36261909014324716e03, 3.43936767414372164e03, 1.23033935480374942e03)
+_ERF_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1, 1.60837851487422766e-2,
+          6.58749161529837803e-4, 1.63153871373020978e-2)
+_ERF_Q = (2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1, 6.05183413124413191e-2,
+          2.33520497626869185e-3)
+_SQRT1_2, _INV_SQRT_PI, _INV_SQRT_2PI = 0.7071067811865476, 0.5641895835477563, 0.3989422804014327
+
+
+def _ratio(z, num, den, lead):
+    """(((lead z + num0) z + num1) z + ...) / (((z + den0) z + den1) z + ...): Cody's Horner form."""
+    xn, xd = z * lead, z
+    for a, b in zip(num[:-1], den[:-1]):
+        xn, xd = (xn + a) * z, (xd + b) * z
+    return (xn + num[-1]) / (xd + den[-1])
+
+
+def _erf(xp, x):
+    """erf(x) on arrays (each of Cody's ranges computed on its own elements only); on Tensors (autograd's
+    ``tensor_xp``, for double backward) the differentiable erf op."""
+    if hasattr(xp, "erf"):
+        return xp.erf(x)
+    x = xp.asarray(x)  # NumPy gives 0-d results as scalars
+    y, out = xp.abs(x), x.copy()  # NaN stays NaN
+    with _quiet(xp):
+        s = y <= 0.5
+        xs = x[s]
+        out[s] = xs * _ratio(xs * xs, _ERF_A[:4], _ERF_B, _ERF_A[4])
+        for m, far in ((~s & (y <= 4), False), (y > 4, True)):
+            xm, ym = x[m], y[m]
+            z = 1 / (ym * ym)
+            r = (_s(x, _INV_SQRT_PI) - z * _ratio(z, _ERF_P[:5], _ERF_Q, _ERF_P[5])) / ym if far else \
+                _ratio(ym, _ERF_C[:8], _ERF_D, _ERF_C[8])
+            sq = xp.floor(ym * 16) / 16
+            erfc = xp.where(ym >= 27, _s(x, 0), xp.exp(-sq * sq) * xp.exp(-(ym - sq) * (ym + sq)) * r)
+            out[m] = xp.where(xm < 0, erfc - 1, 1 - erfc)
+    return out
+
+
+def erf_fwd(xp, x):
+    return _erf(xp, x)
+
+
+def erf_bwd(xp, x, g):
+    with _quiet(xp):
+        return g * (_s(x, 2 * _INV_SQRT_PI) * xp.exp(-(x * x)))
+
+
+def gelu_erf_fwd(xp, x):
+    """GELU, exact (torch's default approximate='none'): x Φ(x) = x/2 (1 + erf(x / sqrt 2)), in torch's order."""
+    return x * _s(x, 0.5) * (1 + _erf(xp, x * _s(x, _SQRT1_2)))
+
+
+def gelu_erf_bwd(xp, x, g):
+    """g (Φ(x) + x φ(x)), φ the standard normal density."""
+    with _quiet(xp):  # x^2 overflows to inf for huge |x|: exp(-inf) = 0, the right limit
+        cdf = _s(x, 0.5) * (1 + _erf(xp, x * _s(x, _SQRT1_2)))
+        return g * (cdf + x * (xp.exp(_s(x, -0.5) * x * x) * _s(x, _INV_SQRT_2PI)))
 
 
 def sigmoid_fwd(xp, x):
@@ -372,62 +441,101 @@ def check_finite(xp, flags, node, epoch, *arrays):
                     row[col] = max(row[col], (epoch << 32) + 2**31 - 1 - o)
 
 
-def _picked(xp, x, t):
-    """(x[i, t_i], valid_i); out-of-range ids are never used as indices."""
-    rows, cols = x.shape
-    valid = (t >= 0) & (t < cols)
-    if cols == 0:
-        return xp.zeros((rows,), x.dtype), valid
-    return x[xp.arange(rows), xp.where(valid, t, 0)], valid
+def _xent_rows(xp, x, t, w, ignore_index):
+    """(wt, ignored, valid) per row: the weight w[t_i] of a valid, not ignored target (1 without w; 0 else), whether
+    t_i == ignore_index (None: nothing is ignored) and whether t_i is in [0, cols) or ignored (never an index
+    otherwise)."""
+    cols = x.shape[1]
+    w = None if w is None else w.astype(x.dtype, copy=False)
+    ignored = t == ignore_index if ignore_index is not None else xp.zeros(t.shape, bool)
+    valid = ((t >= 0) & (t < cols)) | ignored
+    used = valid & ~ignored
+    wt = xp.where(used, _s(x, 1), _s(x, 0)) if w is None else \
+        xp.where(used, w[xp.where(used, t, 0)] if cols else _s(x, 0), _s(x, 0))
+    return wt, ignored, valid
 
 
-def _reduce(xp, loss, reduction):
-    """'none': the rows; 'sum' / 'mean': a 0-d array (the mean of no rows is NaN, as torch's 0 / 0)."""
+def xent_aux(xp, x, t, w=None, ignore_index=None):
+    """(den, W) as a float array of 2: the sum of the row weights w[t_i] of the rows not ignored (the 'mean'
+    divisor, as torch's) and the sum of the class weights (cols without w), in the sum's order."""
+    wt, _, _ = _xent_rows(xp, x, t, w, ignore_index)
+    wsum = _s(x, x.shape[1]) if w is None else w.astype(x.dtype, copy=False).sum()
+    return xp.stack([wt.sum(), xp.asarray(wsum, dtype=x.dtype)]).astype(x.dtype)
+
+
+def _reduce(xp, loss, reduction, den):
+    """'none': the rows; 'sum' / 'mean': a 0-d array (the mean over den = 0 is NaN, as torch's 0 / 0)."""
     if reduction == "none":
         return loss
     total = xp.asarray(loss.sum())
     if reduction == "sum":
         return total
-    return total / _s(loss, loss.shape[0]) if loss.shape[0] else xp.full((), xp.nan, loss.dtype)
-
-
-def _chosen_log_prob(xp, x, t, status, site):
-    """(logp, lse, valid): logp_i = log_softmax(x)[i, t_i] = (x[i, t_i] - m_i) - log Σ_i (_shifted_log_sum: torch's
-    order of operations), lse_i = m_i + log Σ_i for the VJP; out-of-range ids t_i are recorded in status."""
-    d, m, log_sum = _shifted_log_sum(xp, x)
-    dt, valid = _picked(xp, d, t)
-    _record_range(status, site, t, x.shape[1])
     with _quiet(xp):
-        return dt - log_sum[:, 0], (m + log_sum)[:, 0], valid
+        return total / den
 
 
-def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0):
-    """(loss, lse): loss_i = -log_softmax(x)[i, t_i], NaN where t_i is outside [0, cols) (recorded in status),
-    reduced by ``reduction``; lse per row."""
-    logp, lse, valid = _chosen_log_prob(xp, x, t, status, site)
-    return _reduce(xp, xp.where(valid, -logp, _s(x, xp.nan)), reduction), lse
+def _chosen_log_prob(xp, x, t, w, ignore_index, smoothing, status, site):
+    """(-loss, lse, rows): -loss_i = (1 - e) w_t logp_i[t_i] + e / C sum_c w_c logp_i[c] with logp_i = (x_i - m_i) -
+    log Σ_i (_shifted_log_sum: torch's order of operations), NaN where t_i is invalid, 0 where ignored; lse_i = m_i +
+    log Σ_i for the VJP; out-of-range ids t_i (not ignored) are recorded in status."""
+    d, m, log_sum = _shifted_log_sum(xp, x)
+    rows = wt, ignored, valid = _xent_rows(xp, x, t, w, ignore_index)
+    _record_range(status, site, t[~ignored], x.shape[1])
+    dt = d[xp.arange(x.shape[0]), xp.where(valid & ~ignored, t, 0)] if x.shape[1] else xp.zeros(t.shape, x.dtype)
+    with _quiet(xp):
+        ls = log_sum[:, 0]
+        logp = _s(x, 1.0 - smoothing) * wt * (dt - ls)
+        if smoothing:
+            wc = xp.ones(x.shape[1], x.dtype) if w is None else w.astype(x.dtype, copy=False)
+            logp = logp + _s(x, smoothing / max(x.shape[1], 1)) * ((d * wc).sum(axis=-1) - wc.sum() * ls)
+        logp = xp.where(valid, xp.where(ignored, _s(x, 0), logp), _s(x, xp.nan))
+        return logp, (m + log_sum)[:, 0], rows
+
+
+def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0, w=None, ignore_index=None, smoothing=0.0):
+    """(loss, lse, aux): loss_i = -(1 - e) w[t_i] log_softmax(x)[i, t_i] - e / C Σ_c w_c log_softmax(x)[i, c] (torch's
+    class weights w, label smoothing e), 0 where t_i == ignore_index, NaN where t_i is outside [0, cols) (recorded in
+    status), reduced by ``reduction`` ('mean' divides by the summed row weights); lse per row; aux = xent_aux."""
+    logp, lse, _ = _chosen_log_prob(xp, x, t, w, ignore_index, smoothing, status, site)
+    aux = xent_aux(xp, x, t, w, ignore_index)
+    return _reduce(xp, -logp, reduction, aux[0]), lse, aux
 
 
 def token_logprob_fwd(xp, x, t, status=None, site=0):
     """(logp, lse): logp_i = log_softmax(x)[i, t_i], NaN where t_i is out of range."""
-    logp, lse, valid = _chosen_log_prob(xp, x, t, status, site)
-    return xp.where(valid, logp, _s(x, xp.nan)), lse
+    logp, lse, _ = _chosen_log_prob(xp, x, t, None, None, 0.0, status, site)
+    return logp, lse
 
 
-def _xent_grad(xp, x, t, lse, g):
-    """g_i * (softmax(x)_i - onehot(t_i)); NaN rows for invalid t."""
-    valid = (t >= 0) & (t < x.shape[1])
+def _xent_grad(xp, x, t, lse, g, w=None, ignore_index=None, smoothing=0.0, aux=None):
+    """g_i * (p_i a_i - onehot(t_i) b_i - e_i w) with p_i = softmax(x_i), b_i = (1 - e) w[t_i], e_i = e / C (0 for an
+    ignored row) and a_i = b_i + e_i Σ w; NaN rows for invalid t, 0 rows for ignored ones."""
+    wt, ignored, valid = _xent_rows(xp, x, t, w, ignore_index)
     onehot = xp.arange(x.shape[1])[None, :] == t[:, None]
     g = xp.where(valid, g, _s(x, xp.nan))
+    b = _s(x, 1.0 - smoothing) * wt
     with _quiet(xp):  # inf - inf where lse is +-inf: NaN, as torch's gradient
-        return g[:, None] * (xp.exp(x - lse[:, None]) - onehot.astype(x.dtype))
+        p = xp.exp(x - lse[:, None])
+        if not smoothing:
+            d = p * b[:, None] - xp.where(onehot, b[:, None], _s(x, 0))
+        else:
+            wsum = (aux if aux is not None else xent_aux(xp, x, t, w, ignore_index))[1]
+            e = xp.where(ignored, _s(x, 0), _s(x, smoothing / max(x.shape[1], 1)))
+            wc = xp.ones(x.shape[1], x.dtype) if w is None else w.astype(x.dtype, copy=False)
+            d = p * (b + e * wsum)[:, None] - xp.where(onehot, b[:, None], _s(x, 0)) - e[:, None] * wc
+        return xp.where(ignored[:, None], _s(x, 0), g[:, None] * d)
 
 
-def softmax_xent_bwd(xp, x, t, lse, gloss, reduction="none"):
-    """gloss: (rows,) for 'none', 0-d for 'sum' and 'mean' (whose rows each get gloss / rows)."""
+def softmax_xent_bwd(xp, x, t, lse, gloss, reduction="none", w=None, ignore_index=None, smoothing=0.0, aux=None):
+    """gloss: (rows,) for 'none', 0-d for 'sum' and 'mean' (whose rows each get gloss / den, den = aux[0], the forward's
+    summed row weights; recomputed when aux is None)."""
     if reduction != "none":
-        gloss = xp.broadcast_to(gloss / _s(gloss, max(x.shape[0], 1)) if reduction == "mean" else gloss, t.shape)
-    return _xent_grad(xp, x, t, lse, gloss)
+        if reduction == "mean":
+            den = (aux if aux is not None else xent_aux(xp, x, t, w, ignore_index))[0]
+            with _quiet(xp):
+                gloss = gloss / den
+        gloss = xp.broadcast_to(gloss, t.shape)
+    return _xent_grad(xp, x, t, lse, gloss, w, ignore_index, smoothing, aux)
 
 
 def token_logprob_bwd(xp, x, t, lse, glogp):
@@ -489,21 +597,23 @@ def adam_update_(xp, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, deco
     """torch.optim.Adam (L2: g += wd * p) or AdamW (decoupled: p *= 1 - lr * wd), then
     m = lerp(m, g, 1 - beta1), v = beta2 * v + (1 - beta2) * g^2,
     p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), bc_k = 1 - beta_k ** step (step counts from 1)."""
+    _adam(xp, p, g, m, v, None, step, lr, beta1, beta2, eps, weight_decay, decoupled)
+
+
+def _adam(xp, p, g, m, v, vmax, step, lr, beta1, beta2, eps, weight_decay, decoupled):
+    """adam_update_, and with amsgrad (``vmax`` not None): vmax = max(vmax, v), read in place of v."""
     bc1, bc2 = 1.0 - beta1**step, 1.0 - beta2**step
     if weight_decay != 0:
         if decoupled:
             p[...] = p * _s(p, 1.0 - lr * weight_decay)
         else:
             g = g + _s(p, weight_decay) * p
-    w1 = _s(p, 1.0 - beta1)
-    # torch.lerp's two-sided formula (the second form is exact at weight 1)
-    if w1 < 0.5:
-        m += w1 * (g - m)
-    else:
-        m[...] = g - (g - m) * (1 - w1)
+    _lerp(m, g, _s(p, 1.0 - beta1))
     v *= _s(p, beta2)
     v += _s(p, 1.0 - beta2) * g * g
-    p += _s(p, -lr / bc1) * (m / (xp.sqrt(v) / _s(p, bc2**0.5) + _s(p, eps)))
+    if vmax is not None:
+        xp.maximum(vmax, v, out=vmax)
+    p += _s(p, -lr / bc1) * (m / (xp.sqrt(v if vmax is None else vmax) / _s(p, bc2**0.5) + _s(p, eps)))
 
 
 
@@ -519,24 +629,77 @@ def _runs(name, tensors, n, kinds):
 def sgd_multi_update_(xp, hyper, first_steps, *tensors):
     """sgd_update_ of n = len(first_steps) tensors: ``tensors`` = n parameters, n gradients and, for momentum, n
     momentum buffers (given buffers mean momentum is applied); hyper = [lr, momentum, dampening, weight_decay,
-    nesterov] (float64); ``first_steps[i]``: buffer i starts as d."""
+    nesterov, maximize] (float64); ``first_steps[i]``: buffer i starts as d; maximize: g = -g first."""
     runs = _runs("sgd_multi_update_", tensors, len(first_steps), (2, 3))
-    lr, momentum, dampening, weight_decay, nesterov = (float(h) for h in hyper)
+    lr, momentum, dampening, weight_decay, nesterov, maximize = (float(h) for h in hyper)
     for i, first in enumerate(first_steps):
         buf = runs[2][i] if len(runs) == 3 else None
-        _sgd(runs[0][i], runs[1][i], buf, lr, momentum, dampening, weight_decay, nesterov != 0, first)
+        g = -runs[1][i] if maximize else runs[1][i]
+        _sgd(runs[0][i], g, buf, lr, momentum, dampening, weight_decay, nesterov != 0, first)
 
 
-def adam_multi_update_(xp, hyper, ticket, decoupled, *tensors):
-    """adam_update_ of n tensors: ``tensors`` = n parameters, n gradients, n exp_avg, n exp_avg_sq and n step counts
-    (int64 0-d arrays, the steps taken so far: this is step count + 1, and each count advances by one);
-    hyper = [lr, beta1, beta2, eps, weight_decay] (float64); ``ticket``: the kernel's block counter (unused here)."""
-    runs = _runs("adam_multi_update_", tensors, len(tensors) // 5, (5,))
-    lr, beta1, beta2, eps, weight_decay = (float(h) for h in hyper)
-    for p, g, m, v, step in zip(*runs):
+def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors):
+    """adam_update_ of n tensors: ``tensors`` = n parameters, n gradients, n exp_avg, n exp_avg_sq, (``amsgrad``) n
+    max_exp_avg_sq and n step counts (int64 0-d arrays, the steps taken so far: this is step count + 1, and each
+    count advances by one); hyper = [lr, beta1, beta2, eps, weight_decay, maximize] (float64); ``ticket``: the
+    kernel's block counter (unused here)."""
+    k = 5 + bool(amsgrad)
+    runs = _runs("adam_multi_update_", tensors, len(tensors) // k, (k,))
+    lr, beta1, beta2, eps, weight_decay, maximize = (float(h) for h in hyper)
+    for p, g, m, v, *vmax, step in zip(*runs):
         t = int(step) + 1
-        adam_update_(xp, p, g, m, v, t, lr, beta1, beta2, eps, weight_decay, decoupled)
+        _adam(xp, p, -g if maximize else g, m, v, vmax[0] if vmax else None, t, lr, beta1, beta2, eps, weight_decay,
+              decoupled)
         step[...] = t
+
+
+def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors):
+    """torch.optim.RMSprop of n tensors: ``tensors`` = n parameters, n gradients, n square_avg, (``centered``) n
+    grad_avg, (``momentum``) n momentum buffers; hyper = [lr, alpha, eps, weight_decay, momentum, maximize]:
+    g = -g (maximize); g += wd * p; sq = alpha * sq + (1 - alpha) * g^2; centered: ga = lerp(ga, g, 1 - alpha),
+    avg = sqrt(sq - ga^2) + eps, else sqrt(sq) + eps; buf = momentum * buf + g / avg, p -= lr * buf, or
+    p -= lr * g / avg."""
+    k = 3 + bool(centered) + bool(momentum)
+    runs = _runs("rmsprop_multi_update_", tensors, len(tensors) // k, (k,))
+    lr, alpha, eps, weight_decay, mom, maximize = (float(h) for h in hyper)
+    for p, g, sq, *rest in zip(*runs):
+        g = -g if maximize else g
+        g = g + _s(p, weight_decay) * p if weight_decay != 0 else g
+        sq *= _s(p, alpha)
+        sq += _s(p, 1.0 - alpha) * g * g
+        var = sq
+        if centered:
+            _lerp(rest[0], g, _s(p, 1.0 - alpha))
+            var = sq - rest[0] * rest[0]
+        avg = xp.sqrt(var) + _s(p, eps)
+        if momentum:
+            rest[-1] *= _s(p, mom)
+            rest[-1] += g / avg
+            p -= _s(p, lr) * rest[-1]
+        else:
+            p -= _s(p, lr) * (g / avg)
+
+
+def adagrad_multi_update_(xp, hyper, ticket, *tensors):
+    """torch.optim.Adagrad of n tensors: ``tensors`` = n parameters, n gradients, n sums and n step counts (as
+    adam_multi_update_'s); hyper = [lr, lr_decay, weight_decay, eps, maximize]: g = -g (maximize); g += wd * p;
+    clr = lr / (1 + (step - 1) * lr_decay); sum += g^2; p -= clr * g / (sqrt(sum) + eps)."""
+    runs = _runs("adagrad_multi_update_", tensors, len(tensors) // 4, (4,))
+    lr, lr_decay, weight_decay, eps, maximize = (float(h) for h in hyper)
+    for p, g, total, step in zip(*runs):
+        g = -g if maximize else g
+        g = g + _s(p, weight_decay) * p if weight_decay != 0 else g
+        total += g * g
+        p -= _s(p, lr / (1 + int(step) * lr_decay)) * (g / (xp.sqrt(total) + _s(p, eps)))
+        step[...] = int(step) + 1
+
+
+def _lerp(a, b, w):
+    """a = lerp(a, b, w) in place, torch.lerp's two-sided formula (exact at w = 1)."""
+    if w < 0.5:
+        a += w * (b - a)
+    else:
+        a[...] = b - (b - a) * (1 - w)
 
 
 def set_hyper_(xp, hyper, values):

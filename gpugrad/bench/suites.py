@@ -577,7 +577,8 @@ def _F():
 OPS = (
     OpCase("relu", "elementwise", _x, lambda x: x.relu(), lambda th, x: th.relu(x),
            _unary_base(_ref("relu_fwd"), lambda xp, x, y, gy: reference.relu_bwd(xp, y, gy))),
-    OpCase("gelu", "elementwise", _x, lambda x: x.gelu(), lambda th, x: th.nn.functional.gelu(x, approximate="tanh"),
+    OpCase("gelu", "elementwise", _x, lambda x: x.gelu(approximate="tanh"),
+           lambda th, x: th.nn.functional.gelu(x, approximate="tanh"),
            _unary_base(_ref("gelu_fwd"), lambda xp, x, y, gy: reference.gelu_bwd(xp, x, gy))),
     OpCase("sigmoid", "elementwise", _x, lambda x: x.sigmoid(), lambda th, x: th.sigmoid(x),
            _unary_base(_ref("sigmoid_fwd"), lambda xp, x, y, gy: reference.sigmoid_bwd(xp, y, gy))),

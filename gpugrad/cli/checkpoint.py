@@ -65,7 +65,7 @@ def _flatten(tree):
 
     def walk(v, path):
         if isinstance(v, Tensor):
-            return leaf(np.asarray(v.detach()), path, "tensor")
+            return leaf(v.detach().cpu().numpy(), path, "tensor")  # a CUDA one (optimizer state) too
         if isinstance(v, np.ndarray):
             if v.dtype.hasobject:  # would need pickle to store, and pickle is what this format avoids
                 raise TypeError(f"checkpoint: object array at {path or '/'} cannot be stored without pickle")

@@ -531,10 +531,18 @@ def check_resumable(saved, path):
             raise CheckpointError(f"{path}: rng/numpy is not a state of NumPy's {kind.__name__} "
                                   f"({type(e).__name__}: {e})") from None
     for name, value in saved["model"].items():
+        value = _host(value)
         if not _finite_array(value):
             what = f"a {type(value).__name__}, not an array" if not isinstance(value, np.ndarray) else \
                 "NaN or infinite values"
             raise CheckpointError(f"{path}: model/{name} holds {what}; this checkpoint cannot be resumed")
+
+
+def _host(v):
+    """A Tensor (state dicts hold them, as torch's) as a host array; anything else as it is."""
+    from gpugrad import Tensor
+
+    return v.detach().cpu().numpy() if isinstance(v, Tensor) else v
 
 
 def _is_count(v):
@@ -603,6 +611,7 @@ def check_optimizer_state(state, optimizer, path):
                           f"{_short(own.get(key))}")
     for idx, st in per_param.items():
         for name, value in (st.items() if isinstance(st, dict) else [("", st)]):
+            value = _host(value)
             if not (_is_count(value) or _finite_array(value)):
                 what = "holds NaN or infinite values" if isinstance(value, np.ndarray) else f"is {_short(value)}"
                 raise bad(f"state/{idx}/{name}", f"{what}, not a finite array or a step count")

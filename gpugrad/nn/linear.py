@@ -63,3 +63,18 @@ class Flatten(Module):
 
     def extra_repr(self):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    """Split axis ``dim`` into ``unflattened_size``: (N, 12) -> (N, 3, 4) for Unflatten(1, (3, 4))."""
+
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, unflattened_size
+
+    def forward(self, input):
+        dim = self.dim % input.ndim if input.ndim else 0
+        return input.reshape(*input.shape[:dim], *self.unflattened_size, *input.shape[dim + 1:])
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"

@@ -8,32 +8,35 @@ from typing import NamedTuple
 import numpy as np
 
 from gpugrad.autograd import trace as _trace
+from gpugrad.nn import hooks as _hooks
 from gpugrad.backend import backend_of, get_backend, on
+from gpugrad.dtypes import is_dtype, to_np
 from gpugrad.nn.parameter import Parameter
 from gpugrad._tensor import Tensor
 
 
-class IncompatibleKeys(NamedTuple):
+class _IncompatibleKeys(NamedTuple):
     missing_keys: list
     unexpected_keys: list
 
+    def __repr__(self):
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return f"_IncompatibleKeys(missing_keys={self.missing_keys}, unexpected_keys={self.unexpected_keys})"
 
-def _host_copy(t):
-    """A host NumPy copy of a tensor's data (never a view: a checkpoint must not change with the model)."""
-    host = t._backend.to_host(t._data)
-    return host.copy() if host is t._data else host  # the CPU's to_host is the array itself
+
+IncompatibleKeys = _IncompatibleKeys
 
 
-def _as_host(value):
-    """A checkpoint value (ndarray, CuPy array, Tensor, list) as a host array."""
-    if isinstance(value, Tensor):
-        return value._backend.to_host(value._data)
-    if isinstance(value, np.ndarray):
-        return value
+def _array_on(value, be):
+    """A checkpoint value (Tensor, NumPy / CuPy array, list) as an array on backend ``be`` (no copy when it is one
+    there already: the caller copies it into place)."""
+    array = value._data if isinstance(value, Tensor) else value
     try:
-        return backend_of(value).to_host(value)
+        src = backend_of(array)
     except TypeError:
-        return np.asarray(value)
+        return be.asarray(np.asarray(array))
+    return array if src is be else be.asarray(src.to_host(array))
 
 
 def _moved(array, be, dtype):
@@ -66,19 +69,41 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_hook_dicts", _hooks.new_hooks())
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
+        hooked = any(self.__dict__.get("_hook_dicts", {}).values())
         stack = _trace.MODULES  # a list only inside autograd.record(): explain/draw then know who made each node
         if stack is None:
-            return self.forward(*args, **kwargs)
+            return _hooks.call(self, self.forward, args, kwargs) if hooked else self.forward(*args, **kwargs)
         stack.append(self)
         try:
-            return self.forward(*args, **kwargs)
+            return _hooks.call(self, self.forward, args, kwargs) if hooked else self.forward(*args, **kwargs)
         finally:
             stack.pop()
+
+    # -- hooks (torch's; each returns a handle whose remove() unregisters it) -------------------------------------
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """``hook(module, args)`` -> None or new args (``with_kwargs``: ``hook(module, args, kwargs)`` -> None or
+        (args, kwargs)), before each forward."""
+        return _hooks.add(self, "forward_pre", hook, prepend, with_kwargs=with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False, always_call=False):
+        """``hook(module, args, output)`` -> None or a new output (``with_kwargs``: ``hook(module, args, kwargs,
+        output)``), after each forward (``always_call``: also when forward raises, with output None)."""
+        return _hooks.add(self, "forward", hook, prepend, with_kwargs=with_kwargs, always_call=always_call)
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """``hook(module, grad_input, grad_output)`` -> None or new grad_input, once the gradients of the positional
+        Tensor inputs are computed (tuples as torch: None for inputs without a gradient)."""
+        return _hooks.add(self, "backward", hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """``hook(module, grad_output)`` -> None or new grad_output, when the outputs' gradients arrive."""
+        return _hooks.add(self, "backward_pre", hook, prepend)
 
     # -- registration ---------------------------------------------------------------------------------------------
     def _registry(self):
@@ -258,15 +283,21 @@ class Module:
                     yield dot + k, b
             stack.extend(reversed([(dot + k, c) for k, c in m._modules.items() if c is not None]))
 
-    def state_dict(self):
-        """name -> host NumPy copy of every parameter and persistent buffer."""
-        return OrderedDict((name, _host_copy(t)) for name, t in self._state_items())
+    def state_dict(self, *, destination=None, prefix="", keep_vars=False):
+        """name -> every parameter and persistent buffer, as Tensors detached from the graph that share their
+        storage (the parameters themselves with ``keep_vars``), in torch's order."""
+        out = OrderedDict() if destination is None else destination
+        for name, t in self._state_items():
+            out[prefix + name] = t if keep_vars else t.detach()
+        return out
 
-    def load_state_dict(self, state_dict, strict=True):
-        """Copy ``state_dict`` values into the existing buffers in place (optimizers keep their references).
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Copy ``state_dict`` values (Tensors, or NumPy / CuPy arrays) into the existing tensors in place, with a
+        cast to their dtype and device (optimizers keep their references); ``assign=True`` puts the given Tensors
+        themselves in place instead, as torch.
 
         Shape mismatches always raise; missing / unexpected keys raise when ``strict``.  All problems are
-        reported together.  Returns ``(missing_keys, unexpected_keys)``.
+        reported together, in torch's words.  Returns ``(missing_keys, unexpected_keys)``.
         """
         own = OrderedDict(self._state_items())
         missing = [k for k in own if k not in state_dict]
@@ -274,11 +305,12 @@ class Module:
         errors, values = [], {}
         for name, t in own.items():
             if name in state_dict:
-                host = _as_host(state_dict[name])
-                if tuple(host.shape) != tuple(t.shape):
-                    errors.append(f"size mismatch for {name}: copying a param with shape {tuple(host.shape)} from "
+                value = state_dict[name]
+                shape = tuple(getattr(value, "shape", np.shape(value)))
+                if shape != tuple(t.shape):
+                    errors.append(f"size mismatch for {name}: copying a param with shape {shape} from "
                                   f"checkpoint, the shape in current model is {tuple(t.shape)}.")
-                values[name] = host
+                values[name] = value
         if strict:
             if unexpected:
                 errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ".")
@@ -286,19 +318,22 @@ class Module:
                 errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
-        for name, host in values.items():
+        for name, value in values.items():
             t = own[name]
-            t._data[...] = t._backend.asarray(host)  # in place; casts to the parameter's dtype like copy_
-            t._version_counter[0] += 1
-        return IncompatibleKeys(missing, unexpected)
+            if assign and isinstance(value, Tensor):
+                t.data = value._data  # the given tensor's storage, as torch's assign=True
+            else:
+                t._data[...] = _array_on(value, t._backend)  # in place; casts to the tensor's dtype like copy_
+                t._version_counter[0] += 1
+        return _IncompatibleKeys(missing, unexpected)
 
     # -- devices and dtypes ---------------------------------------------------------------------------------------
     def to(self, device=None, dtype=None):
         """Move (and/or cast) every parameter and buffer in place: the Parameter objects stay the same, their
         ``.data`` (and ``.grad``) are replaced, so build optimizers after moving (as in torch)."""
-        if isinstance(device, (np.dtype, type)) and dtype is None:
+        if is_dtype(device) and dtype is None:  # model.to(gpugrad.float64)
             device, dtype = None, device
-        dtype = None if dtype is None else np.dtype(dtype)
+        dtype = None if dtype is None else to_np(dtype)
         if dtype is not None and dtype.kind != "f":
             raise TypeError(f"Module.to only accepts floating point dtypes, got {dtype}")
         for m in self.modules():

@@ -16,3 +16,4 @@ def register(name: str):
 
 
 from gpugrad.ops import activation, arith, convert, loss, matmul, movement, norm, reduce, softmax  # noqa: E402,F401
+from gpugrad.ops import linalg, rounding, scan, scatter  # noqa: E402,F401

@@ -22,6 +22,8 @@ class PointwiseOp(KernelOp):
         op = type(decl.camel, (cls,), {"decl": decl, "__doc__": f"{decl.name}: see ops/declarations.py.",
                                        "__module__": __name__,
                                        "formula": f"gx = gy * {decl.name}'(x), from the saved {decl.saves}",
+                                       # as torch: integers go through exp, sin, ... as the default float dtype
+                                       "promotes": not decl.ints and "float",
                                        **({"node_name": decl.node} if decl.node else {})})
         return register(decl.name)(op)
 

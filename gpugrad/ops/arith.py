@@ -11,6 +11,7 @@ from gpugrad.ops import register
 @register("add")
 class Add(Op):
     """y = a + b.  VJP: ga = gy, gb = gy."""
+    promotes = True
     double_backward = linear = batched_jvp = True
 
     def forward(self, xp, a, b):
@@ -23,6 +24,7 @@ class Add(Op):
 @register("sub")
 class Sub(Op):
     """y = a - b.  VJP: ga = gy, gb = -gy."""
+    promotes = True
     double_backward = linear = batched_jvp = True
 
     def forward(self, xp, a, b):
@@ -35,6 +37,7 @@ class Sub(Op):
 @register("mul")
 class Mul(Op):
     """y = a * b.  VJP: ga = gy * b, gb = gy * a (each saved only if the other side needs it)."""
+    promotes = True
     double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
@@ -55,6 +58,7 @@ class Div(Op):
     Saves what torch saves, so the same in-place changes are legal: b, and a when b needs a gradient; never y.
     For a Python-scalar a, torch computes b.reciprocal() * a and keeps only its own intermediate, so b is kept
     privately (copied if changed in place)."""
+    promotes = "float"  # true division: integers divide in the default float dtype
     double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
@@ -87,6 +91,7 @@ class Neg(Op):
 class Pow(Op):
     """y = a ** b.  VJP (torch's pow_backward): ga = gy * b * a**(b-1), 0 where b == 0 (even at a == 0);
     gb = gy * y * log(a), 0 where a == 0 and b >= 0, NaN where a < 0 (the log of a negative number)."""
+    promotes = True
     double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
@@ -115,6 +120,7 @@ class Pow(Op):
 @register("maximum")
 class Maximum(Op):
     """y = max(a, b).  VJP: gy goes to the larger input; on ties it is split evenly; with a NaN, to both (as torch)."""
+    promotes = True
     double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
@@ -129,6 +135,7 @@ class Maximum(Op):
 @register("minimum")
 class Minimum(Op):
     """y = min(a, b).  VJP like maximum with the comparison flipped."""
+    promotes = True
     double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
@@ -150,6 +157,7 @@ def _split(xp, gy, a_loses, b_loses, tie):
 @register("where")
 class Where(Op):
     """y = cond ? a : b (cond is a non-differentiable keyword).  VJP: ga = gy where cond, gb = gy elsewhere."""
+    promotes = True
     double_backward = linear = batched_jvp = True
 
     def forward(self, xp, a, b):

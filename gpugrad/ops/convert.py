@@ -40,13 +40,15 @@ def _move(array, source, target):
 
 @register("clone")
 class Copy(Op):
-    """y = a copy of x in a fresh buffer.  VJP: gx = gy.  CloneBackward0 as in torch."""
+    """y = a copy of x in a fresh buffer, in x's layout (clone) or C order (``order="C"``: contiguous()).
+    VJP: gx = gy.  CloneBackward0 as in torch."""
     linear = batched_jvp = True  # no axes: B tangents at once as they are
     double_backward = True
     node_name = "CloneBackward0"
+    order = "K"
 
     def forward(self, xp, x):
-        return xp.array(x, copy=True)
+        return xp.array(x, copy=True, order=self.order)
 
     def backward(self, xp, gy):
         return gy

@@ -12,6 +12,7 @@ This module imports nothing from gpugrad: the backend reads it too.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,6 +29,7 @@ class Pointwise:
     functional: bool = False  # also gpugrad.nn.functional.<name> (torch has it there)
     top: bool = True  # also gpugrad.<name> (torch has torch.<name>)
     node: str | None = None  # grad_fn name when torch's is not <CamelName>Backward0
+    ints: bool = False  # integer inputs stay integers (relu, floor), not promoted to the default float dtype
     f: Callable | None = None  # kernel-less ops: f(xp, x, *params)
     df: Callable | None = None  # kernel-less ops: df(xp, saved, g, *params) = g * f'(x)
 
@@ -40,9 +42,15 @@ class Pointwise:
         return tuple(d for _, d in self.params)
 
 
+_INTS, _HALVES = (-2.0, -1.0, 0.0, 1.0, 2.0), (-2.5, -1.5, -0.5, 0.5, 1.5, 2.5)  # the jumps of floor / round
+
+
 POINTWISE = {d.name: d for d in (
-    Pointwise("relu", "y", kinks=(0.0,), functional=True),
-    Pointwise("gelu", "x", low=-5.0, high=5.0, functional=True, top=False),
+    Pointwise("relu", "y", kinks=(0.0,), functional=True, ints=True),
+    # gelu is torch's approximate='tanh', gelu_erf its default (exact) form: Tensor.gelu / F.gelu pick by approximate=
+    Pointwise("gelu", "x", low=-5.0, high=5.0, top=False),
+    Pointwise("gelu_erf", "x", low=-5.0, high=5.0, top=False, node="GeluBackward0"),
+    Pointwise("erf", "x"),
     Pointwise("sigmoid", "y", low=-8.0, high=8.0, functional=True),
     Pointwise("tanh", "y", functional=True),
     # x > 20 takes the other branch: sampled to 30 so a wrong branch there fails a test
@@ -59,6 +67,32 @@ POINTWISE = {d.name: d for d in (
     Pointwise("log", "x", low=0.1, high=3.0, kernel=False, f=lambda xp, x: xp.log(x), df=lambda xp, x, g: g / x),
     Pointwise("sqrt", "y", low=0.1, high=3.0, kernel=False, f=lambda xp, x: xp.sqrt(x),
               df=lambda xp, y, g: g / (y * 2)),
+    # rounding and sign: piecewise constant, f' = 0 away from the jumps (integer inputs stay integers, as in torch)
+    *(Pointwise(n, "x", low=-2.5, high=2.5, kinks=k, kernel=False, df=lambda xp, x, g: xp.zeros_like(g), ints=True,
+                f=lambda xp, x, n=n: getattr(xp, n)(x) if x.dtype.kind == "f" else x.copy())
+      for n, k in (("floor", _INTS), ("ceil", _INTS), ("trunc", _INTS), ("round", _HALVES), ("sign", (0.0,)))),
+    Pointwise("frac", "x", low=-2.5, high=2.5, kinks=_INTS, kernel=False, f=lambda xp, x: x - xp.trunc(x),
+              df=lambda xp, x, g: g),
+    Pointwise("reciprocal", "y", low=0.3, high=3.0, kernel=False, f=lambda xp, x: 1 / x,
+              df=lambda xp, y, g: -g * y * y),
+    Pointwise("rsqrt", "y", low=0.2, high=3.0, kernel=False, f=lambda xp, x: 1 / xp.sqrt(x),
+              df=lambda xp, y, g: g * y * y * y * -0.5),
+    Pointwise("log2", "x", low=0.1, high=3.0, kernel=False, f=lambda xp, x: xp.log2(x),
+              df=lambda xp, x, g: g / (x * math.log(2))),
+    Pointwise("log10", "x", low=0.1, high=3.0, kernel=False, f=lambda xp, x: xp.log10(x),
+              df=lambda xp, x, g: g / (x * math.log(10))),
+    Pointwise("exp2", "y", kernel=False, f=lambda xp, x: xp.exp2(x), df=lambda xp, y, g: g * y * math.log(2)),
+    Pointwise("tan", "y", low=-1.2, high=1.2, kernel=False, f=lambda xp, x: xp.tan(x),
+              df=lambda xp, y, g: g * (1 + y * y)),
+    Pointwise("asin", "x", low=-0.9, high=0.9, kernel=False, f=lambda xp, x: xp.arcsin(x),
+              df=lambda xp, x, g: g / xp.sqrt(1 - x * x)),
+    Pointwise("acos", "x", low=-0.9, high=0.9, kernel=False, f=lambda xp, x: xp.arccos(x),
+              df=lambda xp, x, g: -g / xp.sqrt(1 - x * x)),
+    Pointwise("atan", "x", kernel=False, f=lambda xp, x: xp.arctan(x), df=lambda xp, x, g: g / (1 + x * x)),
+    Pointwise("sinh", "x", kernel=False, f=lambda xp, x: xp.sinh(x),
+              df=lambda xp, x, g: g * (xp.exp(x) + xp.exp(-x)) / 2),
+    Pointwise("cosh", "x", kernel=False, f=lambda xp, x: xp.cosh(x),
+              df=lambda xp, x, g: g * (xp.exp(x) - xp.exp(-x)) / 2),
 )}
 
 KERNEL_OPS = tuple(d for d in POINTWISE.values() if d.kernel)

@@ -1,23 +1,27 @@
 """Fused softmax cross-entropy and the sequence log-prob (log_softmax + gather of chosen ids) pattern."""
 from __future__ import annotations
 
+import math
+
 from gpugrad.autograd import tensor_xp
+from gpugrad.autograd.function import Op
 from gpugrad.backend import deferred
+from gpugrad.backend import reference as R
 from gpugrad.ops import register
 from gpugrad.ops.kernel_op import KernelOp
 
 
 class _ChosenLogProb(KernelOp):
-    sign = 1.0  # loss = sign * (lse - x[t]): cross-entropy +1, the log-prob -1
-
-    """Shared shape checks for ops over (N, C) logits and N integer class ids ``target``.
+    """Shared shape checks and derivatives of ops over (N, C) logits and N integer class ids ``target``.
 
     The VJP reads the logits (saved[0]) with the log-sum-exp, but torch's log_softmax-based ops save the
     log-softmax, not the logits: the logits are kept privately, so changing them in place afterwards is legal."""
 
+    sign = 1.0  # loss = sign * (lse - x[t]): cross-entropy +1, the log-prob -1
+    reduction, weight, ignore_index, smoothing = "none", None, None, 0.0  # cross-entropy's options (torch's)
     private_saved = (0,)
 
-    def _check(self, x):
+    def _check(self, xp, x):
         """(status, site) for the forward kernel, which checks the ids on the device (backend/deferred.py): an
         out-of-range id is an IndexError at once on the CPU and at the next read on CUDA, never a silent NaN."""
         t = self.target
@@ -26,53 +30,73 @@ class _ChosenLogProb(KernelOp):
                              f"target {t.shape}")
         if t.dtype.kind not in "iu":
             raise TypeError(f"{self.op_name}: target must hold integer class ids, got dtype {t.dtype}")
+        if self.ignore_index is not None and t.size and self._be.name == "cpu":  # (CUDA: the kernel checks them)
+            ignored = t == self.ignore_index  # the ids checked are the others: an ignored id becomes a copy of one
+            t = xp.where(ignored, xp.where(ignored.all(), 0, t[xp.argmin(ignored)]), t)
         return deferred.fused_check(t, x.shape[1], IndexError, f"{self.op_name}: target ids must lie in "
                                     f"[0, {x.shape[1]}) for logits {x.shape}, got min {{lo}} and max {{hi}}")
 
-    def _softmax_minus_onehot(self, xp, x):
-        """softmax(x) - onehot(t), from the saved lse on arrays; with recorded ops on Tensors (differentiable in x)."""
-        rows = self._be.xp.arange(x.shape[0])
+    def _options(self):
+        return dict(w=self.weight, ignore_index=self.ignore_index, smoothing=self.smoothing)
+
+    def _grad_rows(self, xp, x):
+        """G[i, c] = d loss_i / d x[i, c] = sign * (softmax(x_i)_c a_i - onehot(t_i)_c b_i - e_i w_c), the kernels'
+        formula (reference._xent_grad), from the saved lse on arrays; with recorded ops on Tensors (differentiable
+        in x)."""
+        bxp, xa = self._be.xp, (x._data if xp is tensor_xp else x)
+        cols, eps = xa.shape[1], self.smoothing
+        w = bxp.ones(cols, xa.dtype) if self.weight is None else self.weight.astype(xa.dtype)
+        wt, ignored, _ = R._xent_rows(bxp, xa, self.target, w, self.ignore_index)
+        b = wt * (1.0 - eps)
+        e = bxp.where(ignored, 0.0, eps / max(cols, 1)).astype(xa.dtype)
+        a = (b + e * w.sum())[:, None]
+        rest = -bxp.where(bxp.arange(cols)[None, :] == self.target[:, None], b[:, None], 0.0) - e[:, None] * w
         if xp is tensor_xp:
-            onehot = self._be.xp.zeros(x.shape, dtype=x.dtype)
-            onehot[rows, self.target] = 1
-            return x.softmax(-1) - tensor_xp._const(onehot, x)
-        p = xp.exp(x - self.saved[1].astype(x.dtype)[:, None])
-        p[rows, self.target] -= 1
-        return p
+            return (x.softmax(-1) * tensor_xp._const(a, x) + tensor_xp._const(rest.astype(xa.dtype), x)) * self.sign
+        return (xp.exp(x - self.saved[1].astype(x.dtype)[:, None]) * a + rest) * self.sign
 
-    def _reduce(self, per_row):
-        reduction = getattr(self, "reduction", "none")
-        return per_row if reduction == "none" else per_row.sum() if reduction == "sum" else per_row.mean()
+    def _den(self, xp, like):
+        """1 / (the mean's divisor, the summed row weights the forward saved), as an array or a constant Tensor."""
+        aux = getattr(self.saved[2], "_data", self.saved[2])  # a Tensor under create_graph
+        inv = (1.0 / aux[0]).astype(aux.dtype)
+        return tensor_xp._const(inv, like) if xp is tensor_xp else inv
 
-    def _jvp(self, impl, xp, ins, out, ts):  # per row: Σ_c (softmax - onehot)_c t_c, times sign, reduced
-        d = xp.sum(self._softmax_minus_onehot(xp, ins[0]) * ts[0], axis=-1)
-        return self._reduce(d if self.sign > 0 else -d)
+    def _jvp(self, impl, xp, ins, out, ts):  # per row Σ_c G_c t_c, reduced as the forward
+        d = xp.sum(self._grad_rows(xp, ins[0]) * ts[0], axis=-1)
+        if self.reduction == "none":
+            return d
+        return d.sum() * (self._den(xp, d) if self.reduction == "mean" else 1.0)
 
-    def backward_graph(self, xp, gy):  # the VJP on Tensors: g_i * sign * (softmax(x_i) - onehot(t_i))
+    def backward_graph(self, xp, gy):  # the VJP on Tensors: g_i * G_i
         x = self.saved[0]
-        reduction = getattr(self, "reduction", "none")
-        g = gy.reshape((-1, 1)) if reduction == "none" else gy / x.shape[0] if reduction == "mean" else gy
-        return g * self._softmax_minus_onehot(xp, x) * self.sign
+        g = gy.reshape((-1, 1)) if self.reduction == "none" else gy * self._den(xp, gy) \
+            if self.reduction == "mean" else gy
+        return g * self._grad_rows(xp, x)
 
 
 @register("cross_entropy")
 class CrossEntropy(_ChosenLogProb):
-    """loss_i = logsumexp(x_i) - x_i[t_i], reduced by mean (default), sum or none.
+    """loss_i = (1 - e) w[t_i] (logsumexp(x_i) - x_i[t_i]) + e / C Σ_c w_c (logsumexp(x_i) - x_i[c]), torch's class
+    weights w (1 without) and label smoothing e; 0 where t_i == ignore_index; reduced by mean (over the summed
+    weights w[t_i] of the rows not ignored, as torch), sum or none.
 
-    VJP (one fused kernel on CUDA): gx_i = g_i * (softmax(x_i) - onehot(t_i)), g_i the upstream gradient of row i
-    (gy / N for the mean, gy for the sum). Forward and backward are one launch each on CUDA, the reduction included.
+    VJP (one fused kernel on CUDA): gx_i = g_i * (softmax(x_i) a_i - onehot(t_i) b_i - e / C w) with b_i = (1 - e)
+    w[t_i], a_i = b_i + e / C Σ w (0 rows where ignored), g_i the upstream gradient of row i (gy / Σ w[t_i] for the
+    mean, gy for the sum). Forward and backward are one launch each on CUDA, the reduction included.
     """
     node_name = "NllLossBackward0"
 
     def _fwd(self, impl, xp, x):
-        loss, lse = impl.softmax_xent_fwd(xp, x, self.target, self.reduction, *self._check(x))
-        self.save_for_backward(x, lse)
+        loss, lse, aux = impl.softmax_xent_fwd(xp, x, self.target, self.reduction, *self._check(xp, x),
+                                               **self._options())
+        self.save_for_backward(x, lse, aux)
         return loss
 
     def _bwd(self, impl, xp, gy):
-        x, lse = self.saved
+        x, lse, aux = self.saved
         # NOTE: the seed is already x's dtype (no launch); a gradient of another dtype is cast, as torch does
-        return impl.softmax_xent_bwd(xp, x, self.target, lse, gy.astype(x.dtype, copy=False), self.reduction)
+        return impl.softmax_xent_bwd(xp, x, self.target, lse, gy.astype(x.dtype, copy=False), self.reduction,
+                                     aux=aux, **self._options())
 
 
 @register("token_logprob")
@@ -84,10 +108,128 @@ class TokenLogProb(_ChosenLogProb):
     sign = -1.0
 
     def _fwd(self, impl, xp, x):
-        logp, lse = impl.token_logprob_fwd(xp, x, self.target, *self._check(x))
+        logp, lse = impl.token_logprob_fwd(xp, x, self.target, *self._check(xp, x))
         self.save_for_backward(x, lse)
         return logp
 
     def _bwd(self, impl, xp, gy):
         x, lse = self.saved
         return impl.token_logprob_bwd(xp, x, self.target, lse, gy.astype(x.dtype, copy=False))
+
+
+class _PointwiseLoss(Op):
+    """A loss of input x and target t per element, times constant weights (broadcast; None: 1), reduced by mean
+    (default), sum or none. A subclass gives ``_parts(xp, x, t)`` = (loss, dloss/dx, dloss/dt) per element: the VJP
+    is g * d (g = gy / n for the mean), the JVP the reduced Σ d t, and the same formulas on Tensors (autograd's
+    tensor_xp) the second derivatives. Weights get no gradient, as in torch."""
+    reduction, weight = "mean", None
+    double_backward = True
+
+    def _const(self, xp, a, like):
+        return a if a is None or xp is not tensor_xp else tensor_xp._const(a, like)
+
+    def _weighted(self, xp, x, t):
+        w = self._const(xp, self.weight, x)
+        with R._quiet(xp):
+            parts = self._parts(xp, x, t)
+        return parts if w is None else tuple(p * w for p in parts)
+
+    def forward(self, xp, x, t):
+        self.save_for_backward(x, t)
+        return _reduce(self._weighted(xp, x, t)[0], self.reduction)
+
+    def backward(self, xp, gy):
+        _, dx, dt = self._weighted(xp, *self.saved)
+        g = gy / math.prod(dx.shape) if self.reduction == "mean" else gy
+        return g * dx, g * dt
+
+    def jvp(self, xp, ins, out, ts):
+        _, dx, dt = self._weighted(xp, *ins)
+        return _reduce(sum(d * v for d, v in zip((dx, dt), ts) if v is not None), self.reduction)
+
+
+def _reduce(x, reduction):
+    return x if reduction == "none" else x.sum() if reduction == "sum" else x.mean()
+
+
+@register("binary_cross_entropy")
+class BinaryCrossEntropy(_PointwiseLoss):
+    """loss = -(t max(log x, -100) + (1 - t) max(log1p(-x), -100)): torch's clamped logs, so x = 0 or 1 is finite.
+    Derivatives (torch's): dx = (x - t) / max(x (1 - x), 1e-12), dt = max(log1p(-x), -100) - max(log x, -100)."""
+
+    def _parts(self, xp, x, t):
+        lx, l1x = xp.maximum(xp.log(x), -100.0), xp.maximum(xp.log1p(-x), -100.0)
+        return -(t * lx + (1 - t) * l1x), (x - t) / xp.maximum(x * (1 - x), 1e-12), l1x - lx
+
+
+@register("binary_cross_entropy_with_logits")
+class BinaryCrossEntropyWithLogits(_PointwiseLoss):
+    """loss = (1 - t) x + (1 + (p - 1) t) softplus(-x), p = pos_weight (a constant broadcast against x, or None):
+    BCE of sigmoid(x) from the logits. Derivatives (torch's): dx = (1 + (p - 1) t) sigmoid(x) - p t,
+    dt = (p - 1) softplus(-x) - x. softplus(-x) = m + log(e^-m + e^(-x-m)), m = max(-x, 0): both exponents <= 0,
+    and no |x|, whose subgradient 0 at x = 0 would give a wrong derivative there."""
+    pos_weight = None
+
+    def _parts(self, xp, x, t):
+        p = self._const(xp, self.pos_weight, x)
+        m = xp.maximum(-x, 0.0)
+        softplus = m + xp.log(xp.exp(-m) + xp.exp(-x - m))
+        lw = 1.0 if p is None else 1 + (p - 1) * t
+        dx = lw / (1 + xp.exp(-x)) - (t if p is None else p * t)
+        return (1 - t) * x + lw * softplus, dx, (-x if p is None else (p - 1) * softplus - x)
+
+
+@register("mse_loss")
+class MseLoss(_PointwiseLoss):
+    """loss = (x - t)^2; dx = 2 (x - t) = -dt."""
+
+    def _parts(self, xp, x, t):
+        d = x - t
+        return d * d, 2 * d, -2 * d
+
+
+@register("smooth_l1_loss")
+class SmoothL1Loss(_PointwiseLoss):
+    """loss = d^2 / (2 beta) where |d| < beta, else |d| - beta / 2 (d = x - t, beta > 0); dx = d / beta or sign(d)."""
+
+    def _parts(self, xp, x, t):
+        d = x - t
+        small = xp.abs(d) < self.beta
+        dx = xp.where(small, d / self.beta, xp.sign(d))
+        return xp.where(small, d * d * (0.5 / self.beta), xp.abs(d) - 0.5 * self.beta), dx, -dx
+
+
+@register("huber_loss")
+class HuberLoss(_PointwiseLoss):
+    """loss = d^2 / 2 where |d| < delta, else delta (|d| - delta / 2) (d = x - t); dx = d or delta sign(d)."""
+
+    def _parts(self, xp, x, t):
+        d = x - t
+        small = xp.abs(d) < self.delta
+        dx = xp.where(small, d, xp.sign(d) * self.delta)
+        return xp.where(small, d * d * 0.5, (xp.abs(d) - 0.5 * self.delta) * self.delta), dx, -dx
+
+
+@register("nll_loss")
+class NllLoss(Op):
+    """loss_i = -rw_i x[i, t_i] for log-probabilities x (N, C): rw_i = weight[t_i], 0 where t_i is ignored (``ids``
+    and ``rw`` given, ids in range); reduced by mean (over Σ rw, as torch), sum or none. Linear in x.
+
+    VJP: gx[i, t_i] = -g_i rw_i, 0 elsewhere (g_i = gy / Σ rw for the mean)."""
+    linear = True
+    node_name = "NllLossBackward0"
+
+    def forward(self, xp, x):
+        self.shape = x.shape
+        loss = -x[xp.arange(x.shape[0]), self.ids] * self.rw
+        if self.reduction == "none":
+            return loss
+        with R._quiet(xp):  # every row ignored: 0 / 0, NaN as torch
+            return loss.sum() / self.rw.sum() if self.reduction == "mean" else loss.sum()
+
+    def backward(self, xp, gy):
+        with R._quiet(xp):
+            g = gy / self.rw.sum() if self.reduction == "mean" else gy
+        gx = xp.zeros(self.shape, gy.dtype)
+        gx[xp.arange(self.shape[0]), self.ids] = -g * self.rw
+        return gx

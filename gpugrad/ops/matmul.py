@@ -19,6 +19,7 @@ class Matmul(Op):
     VJP: ga = gy @ bᵀ, gb = aᵀ @ gy on the promoted shapes; the engine sums broadcast batch dims.
     Named as torch names the cases: DotBackward0, MvBackward0, MmBackward0, BmmBackward0.
     """
+    promotes = "same"  # as torch: no promotion, mixed dtypes are an error
     double_backward = batched_jvp = True
 
     def forward(self, xp, a, b):

@@ -128,9 +128,12 @@ class Index(Op):
     VJP: scatter-add gy into zeros of x's shape, so repeated integer indices add up (``xp.add.at``).
     """
     linear = True
+    lone_slice = False  # x[a:b] (not x[a:b, ...]): named as torch names it
 
     def forward(self, xp, x):
         self.in_shape = x.shape
+        if _is_basic(self.key):
+            self._name = "SliceBackward0" if self.lone_slice else _basic_name(self.key, x.shape)
         return x[self.key]
 
     def backward(self, xp, gy):
@@ -152,10 +155,30 @@ def _is_basic(key):
     return all(k is None or k is Ellipsis or isinstance(k, (int, slice)) for k in keys)
 
 
+def _basic_name(key, shape):
+    """torch's node for a basic index: the last view it applies (Select, Slice, Unsqueeze); a slice over a whole
+    dim applies none, and with none at all the result is an alias (x[:, :], x[...]); torch's path for a lone slice
+    (x[:]) always slices."""
+    keys = key if isinstance(key, tuple) else (key,)
+    name, dim = "AliasBackward0", 0
+    for k in keys:
+        if k is Ellipsis:
+            dim += len(shape) - sum(isinstance(j, (int, slice)) for j in keys)
+        elif k is None:
+            name = "UnsqueezeBackward0"
+        else:
+            if isinstance(k, int):
+                name = "SelectBackward0"
+            elif k.indices(shape[dim]) != (0, shape[dim], 1):
+                name = "SliceBackward0"
+            dim += 1
+    return name
+
+
 @register("cat")
 class Cat(Op):
     """y = concatenate(xs, axis).  VJP: gy split back into the inputs' extents."""
-    linear = True
+    linear = promotes = True
     double_backward = True
 
     def forward(self, xp, *xs):
@@ -181,7 +204,7 @@ class Cat(Op):
 @register("stack")
 class Stack(Op):
     """y = stack(xs, axis).  VJP: gx_i = gy taken at i along axis."""
-    linear = True
+    linear = promotes = True
     double_backward = True
 
     def forward(self, xp, *xs):

@@ -98,9 +98,10 @@ class _Extreme(_Reduce):
     def forward(self, xp, x):
         axes = self._setup(x)
         if any(x.shape[a] == 0 for a in self.axes):  # only a reduced axis must be non-empty: (0, 3).max(1) is (0,)
-            raise ValueError(f"{self.op_name}(): cannot reduce an empty tensor of shape {x.shape} over axes "
-                             f"{self.axes}")
-        y = getattr(xp, self.np_name)(x, axis=axes, keepdims=True)
+            raise (RuntimeError if self.axis is None else IndexError)(
+                f"{self.op_name}(): cannot reduce an empty tensor of shape {x.shape} over axes {self.axes}: "
+                "Expected reduction dim to be specified for input.numel() == 0 / to have non-zero size")
+        y = self._extreme(xp, x, axes)
         self.save_for_backward(x, y)
         return y if self.keepdims else (xp.squeeze(y, axis=axes) if axes else y)
 
@@ -112,6 +113,9 @@ class _Extreme(_Reduce):
         # and off the mask 0, or NaN where the share is inf or NaN
         share = xp.where(count > 0, _keep(xp, gy, self.axes, self.keepdims) / xp.maximum(count, 1.0), float("nan"))
         return xp.where(hit, share, xp.where(xp.abs(share) < float("inf"), 0.0, float("nan")))
+
+    def _extreme(self, xp, x, axes):
+        return getattr(xp, self.np_name)(x, axis=axes, keepdims=True)
 
     def jvp(self, xp, ins, out, ts):  # torch's amax JVP: the mean of the tangent over the elements that tie
         x, t = ins[0], ts[0]
@@ -128,6 +132,17 @@ class Max(_Extreme):
 @register("min")
 class Min(_Extreme):
     np_name = "amin"
+
+
+@register("median")
+class Median(_Extreme):
+    """torch.median() over all elements: the lower of the two middle values, NaN if any is NaN.  VJP and JVP as
+    max()'s: gy split evenly among the elements equal to it (torch's evenly_distribute_backward)."""
+    full_suffix = "0"
+
+    def _extreme(self, xp, x, axes):
+        s = xp.sort(x.reshape(-1))
+        return xp.where(s[-1] != s[-1], s[-1], s[(s.size - 1) // 2]).reshape((1,) * x.ndim)
 
 
 def _mean(xp, x, axes, n):

@@ -2,6 +2,7 @@
 from gpugrad.optim import lr_scheduler  # noqa: F401
 from gpugrad.optim.adam import Adam, AdamW
 from gpugrad.optim.optimizer import Optimizer
+from gpugrad.optim.rmsprop import Adagrad, RMSprop
 from gpugrad.optim.sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]

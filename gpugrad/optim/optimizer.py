@@ -13,6 +13,7 @@ after they change lr; see :meth:`Optimizer.refresh_hyperparameters`). Adam's ste
 """
 from __future__ import annotations
 
+from collections import defaultdict
 
 import numpy as np
 
@@ -31,19 +32,34 @@ def _is_array(v):
         return False
 
 
-def _saved(v):
-    """A state value as state_dict holds it: arrays copied to the host, step counts (0-d integer arrays, on the
-    device: reading one is a transfer) as Python ints, numbers as they are."""
+def _saved(name, v):
+    """A state value as state_dict holds it, as torch's: a Tensor copy of each array on its device (never the live
+    buffer), the step count a float32 0-d CPU Tensor (a device count is read: a transfer)."""
+    from gpugrad.creation import tensor
+
+    if name == "step":
+        return tensor(float(backend_of(v).to_host(v)) if _is_array(v) else float(v), dtype=np.float32, device="cpu")
     if not _is_array(v):
         return v
-    host = backend_of(v).to_host(v)
-    if host.ndim == 0 and host.dtype.kind in "iu":
-        return int(host)
-    return host.copy() if host is v else host  # never hand out the live state buffer
+    with on(backend_of(v)):
+        return Tensor._wrap(v.copy(), backend_of(v))
+
+
+def check_options(group, *names):
+    """torch's checks of options that must be >= 0, with its messages."""
+    for n in names:
+        if not group[n] >= 0:
+            what = {"lr": "learning rate", "eps": "epsilon value"}.get(n, n + " value")
+            raise ValueError(f"Invalid {what}: {group[n]}")
+
 
 
 class Optimizer:
-    """Base class: ``params`` is an iterable of Tensors or of dicts (parameter groups with their own options).
+    """Base class: ``params`` is an iterable of Tensors, of (name, Tensor) pairs (``named_parameters()``: the
+    groups keep ``param_names``) or of dicts (parameter groups with their own options).
+
+    torch's ``foreach``, ``fused`` and ``capturable`` are accepted and kept in the groups but change nothing: every
+    step is already one fused multi-tensor launch that reads its options and step counts from the device.
 
     Every step is one multi-tensor launch per group and (device, dtype): the pointers travel as kernel arguments,
     so neither scattered nor freshly allocated gradient buffers cost anything. (A ``flat=True`` mode that re-homed
@@ -55,9 +71,10 @@ class Optimizer:
 
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
-        self.state = {}  # parameter -> {name: array or number}; Tensors hash by identity
+        self.state = defaultdict(dict)  # parameter -> {name: array or number}; Tensors hash by identity
         self.param_groups = []
         self._hyper = {}  # (group index, backend) -> [the options last copied, their float64 array on that device]
+        self._tickets = {}  # backend -> the kernels' uint32 block counter (0 between launches)
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
                             "but got a Tensor")
@@ -89,6 +106,8 @@ class Optimizer:
             raise TypeError("optimizer parameters need to be organized in ordered collections; use a list")
         else:
             params = list(params or ())
+        if params and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in params):
+            group["param_names"], params = [n for n, _ in params], [p for _, p in params]  # named_parameters()
         for p in params:
             if not isinstance(p, Tensor):
                 raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}")
@@ -102,14 +121,21 @@ class Optimizer:
         taken = {p for g in self.param_groups for p in g["params"]}
         if any(p in taken for p in params):
             raise ValueError("some parameters appear in more than one parameter group")
+        group["params"] = params
         for k, v in self.defaults.items():
             group.setdefault(k, v)
+        if group.get("differentiable"):
+            raise ValueError(f"{type(self).__name__}: differentiable=True (steps recorded by autograd) is not "
+                             "supported: gpugrad's steps are fused in-place kernels; update by hand under autograd")
         self._validate(group)
-        group["params"] = params
         self.param_groups.append(group)
+        self._init_state(group)
 
     def _validate(self, group):
         pass
+
+    def _init_state(self, group):
+        """Made at construction for optimizers whose state torch makes there (Adagrad); others make it lazily."""
 
     # -- gradients ------------------------------------------------------------------------------------------------
     def zero_grad(self, set_to_none=True):
@@ -183,8 +209,21 @@ class Optimizer:
         raise NotImplementedError
 
     @staticmethod
-    def _zeros(p):
-        return p._backend.xp.zeros(p.shape, dtype=p.dtype)  # C-contiguous: the kernels update it in place
+    def _zeros(p, value=0):
+        return p._backend.xp.full(p.shape, value, dtype=p.dtype)  # C-contiguous: the kernels update it in place
+
+    def _ticket(self, be):
+        """The block counter of the kernels that advance step counts on ``be``'s device."""
+        if be not in self._tickets:
+            self._tickets[be] = be.xp.zeros(1, np.uint32)
+        return self._tickets[be]
+
+    @staticmethod
+    def _count(be, st):
+        """``st["step"]`` as the int64 0-d array on the device that the kernels advance (new or loaded: a number)."""
+        if not isinstance(st["step"], be.array_type):
+            st["step"] = be.asarray(np.array(int(st["step"]), np.int64))
+        return st["step"]
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def state_dict(self):
@@ -195,7 +234,7 @@ class Optimizer:
             packed = {k: v for k, v in g.items() if k != "params"}
             packed["params"] = [index.setdefault(p, len(index)) for p in g["params"]]
             groups.append(packed)
-        state = {index[p]: {k: _saved(v) for k, v in st.items()} for p, st in self.state.items() if p in index}
+        state = {index[p]: {k: _saved(k, v) for k, v in st.items()} for p, st in self.state.items() if p in index}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
@@ -212,7 +251,7 @@ class Optimizer:
                                  f"parameters that doesn't match the size of optimizer's group "
                                  f"({len(own['params'])})")
             ids.update(zip(saved["params"], own["params"]))
-        state = {}
+        state = defaultdict(dict)
         for idx, st in state_dict["state"].items():
             if idx not in ids:
                 raise ValueError(f"loaded state dict has state for parameter {idx}, which is in no parameter group")
@@ -224,12 +263,16 @@ class Optimizer:
 
     @staticmethod
     def _load_value(p, idx, name, v):
-        if not _is_array(v) and not isinstance(v, Tensor):
-            return v
-        host = v.numpy() if isinstance(v, Tensor) else backend_of(v).to_host(v)
-        if host.ndim == 0 and host.dtype.kind in "iu":  # a step count saved as an array
-            return int(host)
-        if tuple(host.shape) != tuple(p.shape):
-            raise ValueError(f"loaded state {name!r} of parameter {idx} has shape {tuple(host.shape)}, but the "
+        v = v._data if isinstance(v, Tensor) else v
+        if not _is_array(v):
+            return int(v) if name == "step" else v
+        src = backend_of(v)
+        if name == "step" or v.ndim == 0 and v.dtype.kind in "iu":  # a step count saved as an array or Tensor
+            return int(src.to_host(v))
+        if tuple(v.shape) != tuple(p.shape):
+            raise ValueError(f"loaded state {name!r} of parameter {idx} has shape {tuple(v.shape)}, but the "
                              f"parameter has shape {tuple(p.shape)}")
-        return p._backend.asarray(np.array(host, dtype=p.dtype, copy=True))  # a fresh, contiguous buffer
+        with on(p._backend):  # a fresh, contiguous buffer in the parameter's dtype on its device
+            if src is p._backend:
+                return src.xp.array(v, dtype=p.dtype, order="C", copy=True)
+            return p._backend.asarray(np.array(src.to_host(v), dtype=p.dtype, copy=True))

@@ -205,6 +205,14 @@ class ndarray:
                 "data": (self.data.ptr, not self._a.flags.writeable),
                 "strides": None if self._a.flags.c_contiguous else self._a.strides}
 
+    def __dlpack_device__(self):
+        return 2, self._dev  # kDLCUDA
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        # NOTE: no PyCapsule: a real one would say where the memory is, the host. Only the simulator's from_dlpack
+        # reads this; NumPy and torch refuse it (TypeError), as their CPU builds refuse a CUDA capsule.
+        return ("cuda_sim", self)
+
     # ---- host conversions: explicit ones work and count a sync; implicit ones raise as in CuPy ----------------
     def __array__(self, *args, **kwargs):
         raise TypeError("Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a "

@@ -196,6 +196,14 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocki
     return x.reshape((1,) * (ndmin - x.ndim) + x.shape) if ndmin > x.ndim else x
 
 
+def from_dlpack(array, *, device=None, copy=None):
+    """Zero copy from a DLPack producer on the simulated device (see ndarray.__dlpack__)."""
+    got = array.__dlpack__(stream=None) if array.__dlpack_device__()[0] == 2 else None
+    if type(got) is not tuple or got[0] != "cuda_sim":
+        raise BufferError("cupy.from_dlpack (gpugrad cuda_sim): only simulated-device producers are supported")
+    return got[1].copy() if copy else got[1]
+
+
 def ascontiguousarray(a, dtype=None):
     return _to_device(a, dtype, order="C", what="ascontiguousarray")
 
@@ -265,7 +273,7 @@ def get_default_pinned_memory_pool():
     return PinnedMemoryPool.default
 
 
-_SPECIAL = {f.__name__: f for f in (asarray, array, ascontiguousarray, asfortranarray, asnumpy, get_array_module,
+_SPECIAL = {f.__name__: f for f in (asarray, array, ascontiguousarray, from_dlpack, asfortranarray, asnumpy, get_array_module,
                                     take, take_along_axis, where, nonzero, get_default_memory_pool,
                                     get_default_pinned_memory_pool)}
 

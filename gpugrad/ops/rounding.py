@@ -1,0 +1,45 @@
+"""Rounding divisions: ``//`` and ``div(rounding_mode=...)``, ``%`` (Python's, the divisor's sign) and fmod (C's, the
+dividend's sign).  Integers stay integers, as in torch."""
+from __future__ import annotations
+
+from gpugrad.autograd.function import Op
+from gpugrad.ops import register
+
+
+@register("rounding_div")
+class RoundingDiv(Op):
+    """y = floor(a / b) (mode "floor", Python's //) or trunc(a / b) (mode "trunc").  Piecewise constant: VJP 0 for
+    both inputs (torch's div(rounding_mode=...) gives 0; NOTE: its ``//`` raises at backward instead)."""
+    elementwise = double_backward = promotes = True
+    node_name = "DivBackward2"
+
+    def forward(self, xp, a, b):
+        if self.mode == "floor":
+            return xp.floor_divide(a, b)
+        q = xp.trunc(xp.true_divide(a, b))
+        kind = xp.result_type(a, b)
+        return q.astype(kind) if q.dtype != kind else q
+
+    def backward(self, xp, gy):
+        return tuple(xp.zeros_like(gy) if need else None for need in self.needs_input_grad)
+
+
+@register("remainder")
+class Remainder(Op):
+    """y = a - floor(a / b) * b: the sign of b, as Python's %.  VJP: ga = gy, gb = -gy * floor(a / b)."""
+    elementwise = double_backward = promotes = True
+
+    def forward(self, xp, a, b):
+        self.save_for_backward(a, b)
+        return xp.remainder(a, b) if self.op_name == "remainder" else xp.fmod(a, b)
+
+    def backward(self, xp, gy):
+        a, b = self.saved
+        if not self.needs_input_grad[1]:
+            return gy, None
+        return gy, -gy * (a // b if self.op_name == "remainder" else xp.trunc(a / b))
+
+
+@register("fmod")
+class Fmod(Remainder):
+    """y = a - trunc(a / b) * b: the sign of a, as C's fmod.  VJP: ga = gy, gb = -gy * trunc(a / b)."""

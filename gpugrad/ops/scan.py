@@ -1,0 +1,87 @@
+"""Scans along one axis: cumulative sums and products (torch's cumsum, cumprod)."""
+from __future__ import annotations
+
+from gpugrad.autograd.function import Op
+from gpugrad.ops import register
+from gpugrad.ops.arith import Where
+from gpugrad.ops.reduce import canonical_axis
+
+
+def _rcumsum(xp, g, axis):
+    """Σ_{j >= i} g_j along axis: the transpose of cumsum."""
+    return xp.flip(xp.cumsum(xp.flip(g, axis), axis=axis), axis)
+
+
+class _Scan(Op):
+    def forward(self, xp, x):
+        self.axis = canonical_axis(self.axis, x.ndim, self.op_name)
+        # NOTE: a 0-d tensor is one element along axis 0 (as torch); NumPy's scans refuse axis=0 there
+        return getattr(xp, self.op_name)(x.reshape(x.shape or (1,)), axis=self.axis).reshape(x.shape)
+
+
+@register("cumsum")
+class Cumsum(_Scan):
+    """y_i = Σ_{j <= i} x_j along ``axis``.  VJP: gx_i = Σ_{j >= i} gy_j (the reversed cumulative sum)."""
+    linear = True
+
+    def backward(self, xp, gy):
+        return _rcumsum(xp, gy.reshape(gy.shape or (1,)), self.axis).reshape(gy.shape)
+
+    def jvp_batched(self, ts, out, batch):
+        return Cumsum.apply(ts[0], axis=self.axis + 1) if out.ndim else ts[0]
+
+
+@register("cumprod")
+class Cumprod(_Scan):
+    """y_i = Π_{j <= i} x_j along ``axis``, with zeros handled as torch's cumprod_backward does.
+
+    Along a line with its first zero at z (y' = the cumprod with x_z replaced by 1):
+    VJP: gx_i = Σ_{j >= i} gy_j y_j / x_i for i < z;  gx_z = Σ_{j >= z} gy_j y'_j;  0 after z.
+    JVP: ty_j = y_j Σ_{i <= j} t_i / x_i for j < z;  ty_j = t_z y'_j from z on.
+    Under create_graph both use the Jacobian J[k, j] = Π_{i <= j, i != k} x_i (j >= k) instead: n² per line, but
+    differentiable at the zeros too, where the formulas above drop how y depends on x_z.
+    """
+
+    def forward(self, xp, x):
+        self.save_for_backward(x)
+        return super().forward(xp, x)
+
+    def _parts(self, xp, x):
+        """(before the first zero, at the first zero, x with 1 from the first zero on, y') for each line."""
+        zero = x == 0
+        seen = xp.cumsum(zero, axis=self.axis)
+        before, first = seen == 0, zero & (seen == 1)
+        return before, first, xp.where(before, x, 1), xp.cumprod(xp.where(first, 1, x), axis=self.axis)
+
+    def _jacobian(self, x):
+        """J[..., k, j] for the line along axis moved last (Tensors: recorded ops)."""
+        line = x.movedim(self.axis, -1)
+        n = line.shape[-1]
+        others = Where.apply(1.0, line.unsqueeze(-2), cond=self._be.xp.eye(n, dtype=bool))  # row k: x_k -> 1
+        return others.cumprod(-1).triu()
+
+    def backward(self, xp, gy):
+        x = self.saved[0]
+        if not x.ndim:
+            return gy
+        before, first, xs, yp = self._parts(xp, x)
+        a = self.axis
+        return (xp.where(before, _rcumsum(xp, gy * xp.where(before, yp, 0), a) / xs, 0)
+                + xp.where(first, _rcumsum(xp, gy * yp, a), 0))
+
+    def backward_graph(self, xp, gy):
+        x = self.saved[0]
+        if not x.ndim:
+            return gy * 1
+        return (self._jacobian(x) @ gy.movedim(self.axis, -1).unsqueeze(-1)).squeeze(-1).movedim(-1, self.axis)
+
+    def jvp(self, xp, ins, out, ts):
+        x, t = ins[0], ts[0]
+        if not x.ndim:
+            return t
+        if not isinstance(x, self._be.array_type):  # Tensors: differentiable again
+            return (t.movedim(self.axis, -1).unsqueeze(-2) @ self._jacobian(x)).squeeze(-2).movedim(-1, self.axis)
+        before, first, xs, yp = self._parts(xp, x)
+        a = self.axis
+        return xp.where(before, out * xp.cumsum(xp.where(before, t, 0) / xs, axis=a),
+                        xp.cumsum(xp.where(first, t, 0), axis=a) * yp)

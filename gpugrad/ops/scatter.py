@@ -1,0 +1,47 @@
+"""Scatter along a dim: the transpose of gather (torch's scatter, scatter_add and, through them, index_add)."""
+from __future__ import annotations
+
+from gpugrad.autograd.function import Op
+from gpugrad.backend import deferred
+from gpugrad.ops import register
+from gpugrad.ops.reduce import canonical_axis
+
+
+@register("scatter")
+class Scatter(Op):
+    """y = x with src written (``reduce=None``) or added (``reduce="add"``) where index points along ``axis``:
+    ``y[index[i][j]][j] = src[i][j]`` for axis 0 (src may be a number; only its first index.shape elements are read).
+    Linear in (x, src).  VJP: gx = gy, zeroed where written; gsrc = gather(gy, axis, index).
+    """
+    linear = True
+    promotes = "same"  # as torch: src must have the input's dtype
+
+    def forward(self, xp, x, src):
+        index, self.axis = self.index, canonical_axis(self.axis, x.ndim, "scatter")
+        if index.dtype.kind not in "iu" or index.ndim != x.ndim:
+            raise RuntimeError(f"scatter: index must be an integer tensor with as many dims as the input {x.shape}, "
+                               f"got {index.dtype} of shape {index.shape}")
+        deferred.check_range(index, x.shape[self.axis], IndexError, f"scatter: index values must lie in [0, "
+                             f"{x.shape[self.axis]}) along dim {self.axis} of {x.shape}, got min {{lo}} and max {{hi}}")
+        self.key = tuple(index if d == self.axis else xp.arange(n).reshape([-1 if e == d else 1 for e in
+                                                                              range(index.ndim)])
+                         for d, n in enumerate(index.shape))
+        self.src_shape = getattr(src, "shape", None)
+        part = src[tuple(slice(0, n) for n in index.shape)] if self.src_shape else src
+        y = x.copy()
+        if self.reduce == "add":
+            xp.add.at(y, self.key, part)
+        else:
+            y[self.key] = part
+        return y
+
+    def backward(self, xp, gy):
+        gx = gsrc = None
+        if self.needs_input_grad[0]:
+            gx = gy if self.reduce == "add" else gy.copy()
+            if self.reduce != "add":
+                gx[self.key] = 0
+        if self.src_shape is not None and self.needs_input_grad[1]:
+            gsrc = xp.zeros(self.src_shape, dtype=gy.dtype)
+            gsrc[tuple(slice(0, n) for n in self.index.shape)] = gy[self.key]
+        return gx, gsrc

@@ -1,0 +1,695 @@
+"""Everyday autograd habits, each run with torch and with gpugrad and compared (tests/compat/harness.py): backward
+and accumulation, retain_graph/create_graph, torch.autograd.grad, grad modes as contexts and decorators, detach and
+requires_grad_, tensor hooks, retain_grad, leaves and grad_fn names, custom Functions, autograd.functional and
+forward_ad."""
+from __future__ import annotations
+
+from harness import compat
+
+
+def _x(torch, *values, **kw):
+    return torch.tensor(list(values) or [1.0, -2.0, 3.0], requires_grad=True, **kw)
+
+
+# --- backward and .grad -----------------------------------------------------------------------------------------
+
+@compat
+def test_backward_of_a_scalar_fills_leaf_grads(torch):
+    x = _x(torch)
+    (x * x).sum().backward()
+    return x.grad
+
+
+@compat
+def test_grad_is_none_before_backward(torch):
+    return _x(torch).grad
+
+
+@compat
+def test_grads_accumulate_over_backwards(torch):
+    x = _x(torch)
+    (x * 2).sum().backward()
+    (x * 3).sum().backward()
+    return x.grad
+
+
+@compat
+def test_zeroing_grad_in_place_then_backward(torch):
+    x = _x(torch)
+    (x ** 2).sum().backward()
+    x.grad.zero_()
+    (x * 5).sum().backward()
+    return x.grad
+
+
+@compat
+def test_setting_grad_to_none_restarts_accumulation(torch):
+    x = _x(torch)
+    (x ** 2).sum().backward()
+    x.grad = None
+    (x * 5).sum().backward()
+    return x.grad
+
+
+@compat
+def test_assigning_a_grad_of_another_shape_raises(torch):
+    x = _x(torch)
+    x.grad = torch.zeros(2)
+
+
+@compat
+def test_backward_adds_into_an_assigned_grad(torch):
+    x = _x(torch)
+    x.grad = torch.ones(3)
+    (x * 2).sum().backward()
+    return x.grad
+
+
+@compat
+def test_backward_of_a_non_scalar_needs_a_gradient(torch):
+    x = _x(torch)
+    (x * 2).backward()
+
+
+@compat
+def test_backward_of_a_one_element_tensor_needs_no_gradient(torch):
+    x = _x(torch)
+    (x[:1] * 4).backward()
+    return x.grad
+
+
+@compat
+def test_backward_with_a_gradient_is_a_vector_jacobian_product(torch):
+    x = _x(torch)
+    (x ** 2).backward(torch.tensor([1.0, 0.5, -1.0]))
+    return x.grad
+
+
+@compat
+def test_backward_of_a_tensor_without_grad_raises(torch):
+    torch.ones(3).sum().backward()
+
+
+@compat
+def test_second_backward_through_a_freed_graph_raises(torch):
+    x = _x(torch)
+    y = (x.exp() * x).sum()
+    y.backward()
+    y.backward()
+
+
+@compat
+def test_retain_graph_allows_a_second_backward(torch):
+    x = _x(torch)
+    y = (x.exp() * x).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    return x.grad
+
+
+@compat
+def test_backward_inputs_fills_only_those(torch):
+    x, w = _x(torch), _x(torch, 0.5, 0.25, 2.0)
+    (x * w).sum().backward(inputs=[w])
+    return x.grad, w.grad
+
+
+@compat
+def test_autograd_backward_of_several_tensors(torch):
+    x = _x(torch)
+    torch.autograd.backward([x.sum(), (x * x).sum()], [torch.tensor(1.0), torch.tensor(2.0)])
+    return x.grad
+
+
+@compat
+def test_gradient_through_indexing_is_zero_elsewhere(torch):
+    x = _x(torch, 1.0, 2.0, 3.0, 4.0)
+    (x[1:3] * 10).sum().backward()
+    return x.grad
+
+
+@compat
+def test_reused_tensor_gets_the_sum_of_its_paths(torch):
+    x = _x(torch)
+    (x * x + x).sum().backward()
+    return x.grad
+
+
+# --- torch.autograd.grad ------------------------------------------------------------------------------------------
+
+@compat
+def test_autograd_grad_returns_a_tuple_and_leaves_grad_alone(torch):
+    x = _x(torch)
+    g = torch.autograd.grad((x ** 3).sum(), x)
+    return type(g).__name__, g, x.grad
+
+
+@compat
+def test_autograd_grad_of_several_inputs(torch):
+    x, y = _x(torch), _x(torch, 2.0, 2.0, 2.0)
+    return torch.autograd.grad((x * y).sum(), [x, y])
+
+
+@compat
+def test_autograd_grad_with_grad_outputs(torch):
+    x = _x(torch)
+    return torch.autograd.grad(x * x, x, grad_outputs=torch.tensor([1.0, 2.0, 3.0]))
+
+
+@compat
+def test_autograd_grad_of_an_unused_input_raises(torch):
+    x, unused = _x(torch), _x(torch)
+    torch.autograd.grad((x * 2).sum(), [x, unused])
+
+
+@compat
+def test_autograd_grad_allow_unused_gives_none(torch):
+    x, unused = _x(torch), _x(torch)
+    return torch.autograd.grad((x * 2).sum(), [x, unused], allow_unused=True)
+
+
+@compat
+def test_create_graph_gives_a_second_derivative(torch):
+    x = _x(torch)
+    g, = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)
+    g2, = torch.autograd.grad(g.sum(), x)
+    return g, g2
+
+
+@compat
+def test_backward_of_a_create_graph_gradient_accumulates_the_second_derivative(torch):
+    x = _x(torch)
+    g, = torch.autograd.grad((x.sin() * x).sum(), x, create_graph=True)
+    g.sum().backward()
+    return g.requires_grad, x.grad
+
+
+@compat
+def test_backward_create_graph_makes_grad_differentiable(torch):
+    x = _x(torch)
+    (x ** 3).sum().backward(create_graph=True)
+    g = x.grad
+    x.grad = None
+    g.sum().backward()
+    return g.requires_grad, x.grad
+
+
+@compat
+def test_autograd_grad_does_not_retain_the_graph_by_default(torch):
+    x = _x(torch)
+    y = (x.exp()).sum()
+    torch.autograd.grad(y, x)
+    torch.autograd.grad(y, x)
+
+
+# --- grad modes -------------------------------------------------------------------------------------------------
+
+@compat
+def test_no_grad_context_records_nothing(torch):
+    x = _x(torch)
+    with torch.no_grad():
+        y = x * 2
+    return y, y.requires_grad, y.grad_fn, torch.is_grad_enabled()
+
+
+@compat
+def test_no_grad_decorator_with_parentheses(torch):
+    @torch.no_grad()
+    def f(x):
+        return x * 2, torch.is_grad_enabled()
+    return f(_x(torch)), torch.is_grad_enabled()
+
+
+@compat
+def test_bare_no_grad_decorator(torch):
+    @torch.no_grad
+    def f(x):
+        return x * 2
+    y = f(_x(torch))
+    return y, y.requires_grad
+
+
+@compat
+def test_bare_enable_grad_and_inference_mode_decorators(torch):
+    @torch.enable_grad
+    def f(x):
+        return x * 2
+
+    @torch.inference_mode
+    def g(x):
+        return x * 2
+
+    with torch.no_grad():
+        return f(_x(torch)).requires_grad, g(_x(torch)).requires_grad
+
+
+@compat
+def test_enable_grad_inside_no_grad(torch):
+    x = _x(torch)
+    with torch.no_grad():
+        with torch.enable_grad():
+            y = x * 2
+        z = x * 2
+    return y.requires_grad, z.requires_grad
+
+
+@compat
+def test_set_grad_enabled_as_context(torch):
+    x = _x(torch)
+    with torch.set_grad_enabled(False):
+        y = x * 2
+    with torch.set_grad_enabled(True):
+        z = x * 2
+    return y.requires_grad, z.requires_grad
+
+
+@compat
+def test_set_grad_enabled_as_a_call(torch):
+    x = _x(torch)
+    torch.set_grad_enabled(False)
+    try:
+        y = x * 2
+        off = torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+    return y.requires_grad, off, torch.is_grad_enabled()
+
+
+@compat
+def test_set_grad_enabled_as_decorator(torch):
+    @torch.set_grad_enabled(False)
+    def f(x):
+        return x * 2
+    return f(_x(torch)).requires_grad
+
+
+@compat
+def test_inference_mode_context(torch):
+    x = _x(torch)
+    with torch.inference_mode():
+        y = x * 2
+        inside = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+    return y, y.requires_grad, inside, torch.is_inference_mode_enabled()
+
+
+@compat
+def test_inference_mode_decorator(torch):
+    @torch.inference_mode()
+    def f(x):
+        return x * 2
+    return f(_x(torch)).requires_grad
+
+
+@compat
+def test_inference_mode_false_keeps_recording(torch):
+    x = _x(torch)
+    with torch.inference_mode(False):
+        y = x * 2
+    return y.requires_grad
+
+
+@compat
+def test_in_place_update_of_a_leaf_under_no_grad(torch):
+    w = _x(torch)
+    (w * w).sum().backward()
+    with torch.no_grad():
+        w -= 0.1 * w.grad
+    return w, w.is_leaf, w.requires_grad, w.grad_fn
+
+
+@compat
+def test_in_place_op_on_a_leaf_that_requires_grad_raises(torch):
+    w = _x(torch)
+    w.add_(1)
+
+
+@compat
+def test_changing_a_saved_tensor_in_place_makes_backward_raise(torch):
+    x = _x(torch)
+    y = x.exp()
+    z = (y * y).sum()
+    y.add_(1)
+    z.backward()
+
+
+# --- leaves, requires_grad, detach ------------------------------------------------------------------------------
+
+@compat
+def test_requires_grad_propagates_to_results(torch):
+    a, b = torch.ones(3), _x(torch)
+    return (a * 2).requires_grad, (a + b).requires_grad
+
+
+@compat
+def test_is_leaf(torch):
+    x, c = _x(torch), torch.ones(2)
+    y = x * 2
+    return x.is_leaf, c.is_leaf, y.is_leaf, y.detach().is_leaf
+
+
+@compat
+def test_requires_grad_underscore_returns_self_and_defaults_to_true(torch):
+    x = torch.ones(3)
+    y = x.requires_grad_()
+    return y is x, x.requires_grad, x.requires_grad_(False).requires_grad
+
+
+@compat
+def test_requires_grad_false_on_a_non_leaf_raises(torch):
+    y = _x(torch) * 2
+    y.requires_grad_(False)
+
+
+@compat
+def test_integer_tensors_cannot_require_grad(torch):
+    torch.tensor([1, 2, 3]).requires_grad_()
+
+
+@compat
+def test_integer_tensor_with_requires_grad_raises(torch):
+    torch.tensor([1, 2, 3], requires_grad=True)
+
+
+@compat
+def test_detach_cuts_the_graph_and_shares_storage(torch):
+    x = _x(torch)
+    d = x.detach()
+    d[0] = 10.0
+    return d.requires_grad, d.grad_fn, x.detach()
+
+
+@compat
+def test_detached_term_gets_no_gradient(torch):
+    a, b = _x(torch), _x(torch, 0.5, 0.5, 0.5)
+    (a * b.detach() + b).sum().backward()
+    return a.grad, b.grad
+
+
+@compat
+def test_frozen_parameter_gets_no_grad(torch):
+    lin = torch.nn.Linear(3, 2)
+    lin.weight.requires_grad_(False)
+    lin(torch.ones(4, 3)).sum().backward()
+    return lin.weight.grad, lin.bias.grad
+
+
+# --- hooks and retain_grad --------------------------------------------------------------------------------------
+
+@compat
+def test_hook_on_a_leaf_changes_its_gradient(torch):
+    x = _x(torch)
+    x.register_hook(lambda g: g * 2)
+    (x * 3).sum().backward()
+    return x.grad
+
+
+@compat
+def test_hook_on_an_intermediate_sees_and_changes_the_gradient(torch):
+    x = _x(torch)
+    seen = []
+    y = x * x
+    y.register_hook(lambda g: seen.append(g.clone()) or g * 0.5)
+    y.sum().backward()
+    return seen, x.grad
+
+
+@compat
+def test_removed_hook_is_not_called(torch):
+    x = _x(torch)
+    handle = x.register_hook(lambda g: g * 100)
+    handle.remove()
+    (x * 3).sum().backward()
+    return x.grad
+
+
+@compat
+def test_hook_on_a_tensor_without_grad_raises(torch):
+    torch.ones(3).register_hook(lambda g: g)
+
+
+@compat
+def test_retain_grad_keeps_an_intermediate_grad(torch):
+    x = _x(torch)
+    y = x * 2
+    y.retain_grad()
+    (y ** 2).sum().backward()
+    return y.grad, y.retains_grad, x.retains_grad
+
+
+@compat
+def test_intermediate_grad_is_none_without_retain_grad(torch):
+    import warnings
+    x = _x(torch)
+    y = x * 2
+    y.sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that .grad of a non-leaf is not populated
+        return y.grad
+
+
+@compat
+def test_post_accumulate_grad_hook_sees_the_accumulated_grad(torch):
+    x = _x(torch)
+    seen = []
+    x.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.clone()))
+    (x * 2).sum().backward()
+    (x * 2).sum().backward()
+    return seen
+
+
+# --- grad_fn ----------------------------------------------------------------------------------------------------
+
+@compat
+def test_grad_fn_names_of_common_ops(torch):
+    x, m = _x(torch), torch.ones(3, 3, requires_grad=True)
+    ys = [x + 1, x * 2, x - 1, x / 2, x ** 2, x.exp(), x.sum(), x.mean(), m @ m, m.t(), x.view(3, 1), -x]
+    return [y.grad_fn.name() for y in ys]
+
+
+@compat
+def test_grad_fn_names_of_indexing(torch):
+    x = torch.ones(3, 4, requires_grad=True)
+    keys = [0, slice(1, 3), (slice(None), 0), (0, slice(1, 2)), slice(None), Ellipsis, None, (Ellipsis, -1), [0, 2]]
+    return [x[k].grad_fn.name() for k in keys]
+
+
+@compat
+def test_grad_fn_name_of_a_leaf_is_accumulate_grad(torch):
+    x = _x(torch)
+    fn, i = (x * 2).grad_fn.next_functions[0]
+    return type(fn).__name__, i, fn.variable is x
+
+
+@compat
+def test_grad_fn_of_a_leaf_is_none(torch):
+    return _x(torch).grad_fn, torch.ones(2).grad_fn
+
+
+# --- custom Function --------------------------------------------------------------------------------------------
+
+@compat
+def test_custom_function_forward_and_backward(torch):
+    class Cube(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, g):
+            x, = ctx.saved_tensors
+            return 3 * x ** 2 * g
+
+    x = _x(torch)
+    y = Cube.apply(x)
+    y.sum().backward()
+    return y, x.grad, y.grad_fn.name()
+
+
+@compat
+def test_custom_function_with_a_non_tensor_argument(torch):
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            ctx.k = k
+            return x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.k, None
+
+    x = _x(torch)
+    Scale.apply(x, 4.0).sum().backward()
+    return x.grad
+
+
+@compat
+def test_custom_function_needs_input_grad(torch):
+    flags = []
+
+    class Mul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            flags.append(ctx.needs_input_grad)
+            a, b = ctx.saved_tensors
+            return g * b, g * a
+
+    a = _x(torch)
+    Mul.apply(a, torch.ones(3)).sum().backward()
+    return flags, a.grad
+
+
+# --- autograd.functional and forward_ad -------------------------------------------------------------------------
+
+@compat
+def test_functional_jacobian(torch):
+    return torch.autograd.functional.jacobian(lambda x: x ** 2 * 3, torch.tensor([1.0, 2.0]))
+
+
+@compat
+def test_functional_hessian(torch):
+    return torch.autograd.functional.hessian(lambda x: (x ** 3).sum(), torch.tensor([1.0, 2.0]))
+
+
+@compat
+def test_functional_vjp_and_jvp(torch):
+    F = torch.autograd.functional
+    x, v = torch.tensor([0.5, 1.0]), torch.tensor([1.0, -1.0])
+    return F.vjp(lambda x: x.sin() * 2, x, v), F.jvp(lambda x: x.sin() * 2, x, v)
+
+
+@compat
+def test_functional_hvp(torch):
+    return torch.autograd.functional.hvp(lambda x: (x ** 3).sum(), torch.tensor([1.0, 2.0]), torch.tensor([1.0, 1.0]))
+
+
+@compat
+def test_forward_ad_make_and_unpack_dual(torch):
+    fwAD = torch.autograd.forward_ad
+    x, v = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 0.0])
+    with fwAD.dual_level():
+        y = (fwAD.make_dual(x, v) ** 2).sin()
+        out = fwAD.unpack_dual(y)
+        return out, type(out).__name__, out.primal, out.tangent
+
+
+@compat
+def test_gradcheck_of_a_double_function(torch):
+    x = torch.tensor([0.3, -0.7], dtype=torch.float64, requires_grad=True)
+    return torch.autograd.gradcheck(lambda t: (t.tanh() * t).sum(), (x,))
+
+
+@compat
+def test_custom_function_with_setup_context(torch):
+    class Double(torch.autograd.Function):  # torch 2's style: forward without ctx, then setup_context
+        @staticmethod
+        def forward(x, k):
+            return x * k
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.k = inputs[1]
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.k, None
+
+    x = _x(torch)
+    y = Double.apply(x, 2.0)
+    y.sum().backward()
+    return y, x.grad
+
+
+@compat
+def test_functional_jacobian_of_two_inputs(torch):
+    return torch.autograd.functional.jacobian(lambda a, b: a * b, (torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])))
+
+
+# --- more everyday spellings ------------------------------------------------------------------------------------
+
+@compat
+def test_requires_grad_attribute_assignment(torch):
+    x = torch.tensor([1.0, 2.0])
+    x.requires_grad = True
+    (x * x).sum().backward()
+    return x.grad
+
+
+@compat
+def test_backward_gradient_keyword(torch):
+    x = _x(torch)
+    (x * x).backward(gradient=torch.ones(3))
+    return x.grad
+
+
+@compat
+def test_autograd_namespace_grad_modes(torch):
+    x = _x(torch)
+    with torch.autograd.set_grad_enabled(False):
+        y = x * 2
+    with torch.autograd.no_grad():
+        z = x * 2
+    return y.requires_grad, z.requires_grad
+
+
+@compat
+def test_autograd_grad_with_retain_graph_then_backward(torch):
+    x = _x(torch)
+    y = (x ** 2).sum()
+    g, = torch.autograd.grad(y, x, retain_graph=True)
+    y.backward()
+    return g, x.grad
+
+
+@compat
+def test_autograd_grad_with_a_wrong_shape_gradient_raises(torch):
+    x = _x(torch)
+    torch.autograd.grad(x * 2, x, torch.ones(2))
+
+
+@compat
+def test_backward_of_a_no_grad_result_raises(torch):
+    x = _x(torch)
+    with torch.no_grad():
+        y = x * 2
+    y.sum().backward()
+
+
+@compat
+def test_detached_copy_made_a_leaf_gets_its_own_grad(torch):
+    x = _x(torch)
+    z = x.detach().requires_grad_()
+    (z * 3).sum().backward()
+    return x.grad, z.grad, z.is_leaf
+
+
+@compat
+def test_parameter_is_a_leaf_that_requires_grad(torch):
+    w = torch.nn.Parameter(torch.ones(2))
+    (w * 2).sum().backward()
+    return w.requires_grad, w.is_leaf, w.grad
+
+
+@compat
+def test_gradient_through_an_assignment_into_a_clone(torch):
+    x = _x(torch)
+    y = x.clone()
+    y[0] = 5.0
+    (y * y).sum().backward()
+    return y, x.grad
+
+
+@compat
+def test_item_and_tolist_of_a_tensor_that_requires_grad(torch):
+    s = (_x(torch) * 2).sum()
+    return s.item(), float(s), (_x(torch) * 1).tolist()
+
+
+@compat
+def test_numpy_of_a_tensor_that_requires_grad_raises(torch):
+    _x(torch).numpy()
