@@ -298,8 +298,6 @@ def test_lr_schedule_on_cuda_gives_torchs_parameters(torch, opt_name):
 def test_a_captured_optimizer_step_replays_with_its_lr_schedule(torch, opt_name):
     """opt.step() captured once in a CUDA graph and replayed: the step counts advance on the device and each replay
     reads the lr the scheduler copied there since, so the parameters follow torch's eager steps."""
-    from gpugrad.optim.lr_scheduler import StepLR
-
     cupy = cuda_backend.cupy_module()
     rng = np.random.default_rng(0)
     shapes = [(8, 5), (8,), (3, 8), (3,), (0,), (1,)]
@@ -312,8 +310,18 @@ def test_a_captured_optimizer_step_replays_with_its_lr_schedule(torch, opt_name)
     kind, cfg = (("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2)) if opt_name == "sgd"
                  else ("AdamW", dict(lr=0.05, weight_decay=0.1)))
     opt, topt = getattr(gpugrad.optim, kind)(ps, **cfg), getattr(torch.optim, kind)(tps, **cfg)
+    replay_matches_torch(opt, topt, ps, tps, cupy, torch, rtol=1e-5, atol=1e-6)
+    if opt_name == "adamw":
+        assert opt.state_dict()["state"][0]["step"] == 6
+
+
+def replay_matches_torch(opt, topt, ps, tps, cupy, torch, rtol, atol):
+    """One eager step (state, options and step counts made on the device), then the step captured as a CUDA graph
+    and replayed 5 times under a StepLR schedule: the parameters follow torch's eager steps."""
+    from gpugrad.optim.lr_scheduler import StepLR
+
     sched, tsched = StepLR(opt, 2, 0.5), torch.optim.lr_scheduler.StepLR(topt, 2, 0.5)
-    opt.step()  # eager warm-up: state, options and step counts made on the device
+    opt.step()
     topt.step()
     sched.step()
     tsched.step()
@@ -329,6 +337,4 @@ def test_a_captured_optimizer_step_replays_with_its_lr_schedule(torch, opt_name)
         tsched.step()
     stream.synchronize()
     for p, tp in zip(ps, tps):
-        np.testing.assert_allclose(p.detach().cpu().numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6)
-    if opt_name == "adamw":
-        assert opt.state_dict()["state"][0]["step"] == 6
+        np.testing.assert_allclose(p.detach().cpu().numpy(), tp.detach().numpy(), rtol=rtol, atol=atol)

@@ -16,6 +16,7 @@ from gpugrad import nn, optim
 from gpugrad.backend import kernels, reference
 from gpugrad.nn import functional as F
 from gpugrad.optim.lr_scheduler import CosineAnnealingLR, StepLR
+from test_cuda_path import replay_matches_torch  # a step captured as a CUDA graph, replayed against torch
 
 CPU = "cpu"
 STEPS = 20
@@ -716,21 +717,4 @@ def test_cuda_captured_step_replays_with_its_lr_schedule(torch, name):
     for p, tp, g in zip(ps, tps, grads):
         p.grad, tp.grad = gpugrad.tensor(g, device="cuda"), torch.from_numpy(g.copy())
     opt, topt = NEW_MAKERS[name](ps), TORCH_MAKERS[name](torch, tps)
-    sched, tsched = StepLR(opt, 2, 0.5), torch.optim.lr_scheduler.StepLR(topt, 2, 0.5)
-    opt.step()
-    topt.step()
-    sched.step()
-    tsched.step()
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        stream.begin_capture()
-        opt.step()
-        graph = stream.end_capture()
-    for _ in range(5):
-        graph.launch(stream)
-        topt.step()
-        sched.step()
-        tsched.step()
-    stream.synchronize()
-    for p, tp in zip(ps, tps):
-        np.testing.assert_allclose(p.detach().cpu().numpy(), tp.detach().numpy(), rtol=1e-10, atol=1e-12)
+    replay_matches_torch(opt, topt, ps, tps, cupy, torch, rtol=1e-10, atol=1e-12)
