@@ -201,6 +201,12 @@ KNOWN = [
           "inf; torch's pow_backward returns zeros_like(x) for a zero exponent",
           lambda f, m: "pow" in f and _in_backward(m) and m.kind == "value" and np.isnan(m.got).any()
           and not np.isnan(m.want).any() and bool(np.all(m.want[np.isnan(m.got)] == 0)), temporary=True),
+    Known("torch's layer_norm double backward without a weight",
+          "torch 2.13 raises 'Expected a proper Tensor but got None ... argument #1 other' in the second-order pass of "
+          "a layer_norm with a bias and no weight (its double backward multiplies by the missing weight); gpugrad's "
+          "second derivatives there are checked against finite differences (op_cases.py: layer_norm_bias_only)",
+          lambda f, m: "layer_norm" in f and _any(f, *CREATE_GRAPH) and _only(
+              "torch", m, text="Expected a proper Tensor but got None")),
     Known("0-d softmax family under create_graph",
           "NEW (reported to the owner of ops/softmax.py): softmax, log_softmax and logsumexp of a 0-d tensor return "
           "a constant create_graph gradient (gy * 0.0, gy * 1.0); torch's depends on the output or input, so it "
