@@ -226,7 +226,7 @@ def nccl(out):
     got["grads"] = [p.grad.cpu().numpy().tolist() for p in model.module.parameters()]
     ref = make_model(hidden=64)
     F.cross_entropy(ref(gpugrad.tensor(data(1)[0][0])), gpugrad.tensor(data(1)[1][0])).backward()
-    got["ref_grads"] = [p.grad.numpy().tolist() for p in ref.parameters()]
+    got["ref_grads"] = [p.grad.cpu().numpy().tolist() for p in ref.parameters()]
     dist.destroy_process_group()
     Path(out, f"{rank}.json").write_text(json.dumps(got))
 
