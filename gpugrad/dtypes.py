@@ -230,8 +230,16 @@ def promoted(op, args):
     want = _np_result_type(args)
     if mode == "float" and want.kind in "biu":
         want = DEFAULTS.float
-    return tuple((a.to(dtype=want) if a._data.dtype != want else a) if isinstance(a, Tensor) else _wrapped(a, want)
+    return tuple((_cast_for(a, want) if a._data.dtype != want else a) if isinstance(a, Tensor) else _wrapped(a, want)
                  for a in args)
+
+
+def _cast_for(tensor, want):
+    """``tensor`` in the dtype an op computes in. The copy shares the original's version counter: torch's op saves the
+    original and casts in backward, so changing the original in place before backward is an error there too."""
+    cast = tensor.to(dtype=want)
+    cast._version_counter = tensor._version_counter
+    return cast
 
 
 def _wrapped(number, want):

@@ -303,3 +303,14 @@ def test_hooks_outside_the_inputs_do_not_run(torch):
     (g_seen, *ours), (t_seen, *theirs) = both(torch, run)
     assert g_seen == t_seen == []
     same(ours, theirs)
+
+
+def test_a_promoted_input_changed_in_place_before_backward_raises_as_in_torch():
+    """float32 * float64 computes on a float64 copy; changing the float32 original in place before backward is
+    still caught, as torch (which saves the original) catches it (found by the long fuzzer run)."""
+    v0 = gpugrad.tensor([1.0, 2.0], dtype=gpugrad.float64, requires_grad=True)
+    v2 = gpugrad.tensor([3.0, 4.0], dtype=gpugrad.float32)
+    v3 = v2 * v0
+    v2.clamp_(-0.5, 0.5)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        v3.sum().backward()
