@@ -47,8 +47,8 @@ def kernel_dir() -> pathlib.Path:
 # NOTE: CuPy appends -ftz=true to every compile (cupy/cuda/compiler.py, _compile_with_cache_cuda), so float32
 # denormal inputs and results are flushed to zero on the GPU (float64 is not affected), unlike NumPy and the CPU
 # emulator. This is deliberately not modelled: a denormal is below 2**-126 ~ 1.2e-38, so flushing one moves every
-# kernel's output by far less than the float32 parity atol (tests/test_parity.py TOL; shown in
-# tests/test_dtype_layout.py). float16 inputs never meet it: they are computed in float32, where every float16
+# kernel's output by far less than the float32 parity atol (tests/cuda/test_parity.py TOL; shown in
+# tests/tensor/test_dtype_layout.py). float16 inputs never meet it: they are computed in float32, where every float16
 # (subnormals included) is a normal number.
 OPTIONS = ("-std=c++17",)
 FAMILIES = ("elementwise", "reduce", "loss", "norm", "optim", "check")

@@ -140,7 +140,7 @@ def gelu_bwd(xp, x, gy):
 
 
 # W. J. Cody's rational approximations of erf (Math. Comp. 23, 1969; SPECFUN CALERF), within 3 ulp of the float64 erf
-# (tests/test_nn.py holds them to math.erf): erf on |x| <= 0.5, erfc on (0.5, 4] and beyond, where exp(-x^2) is
+# (tests/nn/test_nn.py holds them to math.erf): erf on |x| <= 0.5, erfc on (0.5, 4] and beyond, where exp(-x^2) is
 # split as exp(-s^2) exp(-(x - s)(x + s)), s = x rounded down to 1/16, so x^2 adds no rounding error.
 _ERF_A = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02, 3.20937758913846947e03,
           1.85777706184603153e-1)

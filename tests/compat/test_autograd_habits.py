@@ -4,7 +4,7 @@ requires_grad_, tensor hooks, retain_grad, leaves and grad_fn names, custom Func
 forward_ad."""
 from __future__ import annotations
 
-from harness import compat
+from tests.compat.harness import compat
 
 
 def _x(torch, *values, **kw):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness import compat
+from tests.compat.harness import compat
 
 
 # --- tensor(): dtype inference -------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import collections
 import numpy as np
 import pytest
 
-from harness import check, compat
+from tests.compat.harness import check, compat
 
 Pair = collections.namedtuple("Pair", "x y")
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpugrad
-from harness import compat
+from tests.compat.harness import compat
 
 
 # --- NumPy ---------------------------------------------------------------------------------------------------------

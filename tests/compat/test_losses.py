@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import check, compat
+from tests.compat.harness import check, compat
 
 
 def _logits(torch, requires_grad=True):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import check, compat
+from tests.compat.harness import check, compat
 
 
 def _linear(torch, n_in=3, n_out=2, bias=True):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import check, compat
+from tests.compat.harness import check, compat
 
 SHAPES = ((3, 2), (4,))
 STEPS = 20

@@ -2,7 +2,7 @@
 tensors of every common dtype and shape, state dicts, optimizer states that resume training, checkpoints of nested
 dicts with numbers and strings, file objects and paths, map_location, weights_only, and what loading gives back
 (requires_grad, Parameters, one tensor saved twice). gpugrad's files are safetensors with a JSON manifest, not
-pickles (tests/test_serialization.py checks the format and that a crafted file cannot run code)."""
+pickles (tests/files/test_serialization.py checks the format and that a crafted file cannot run code)."""
 from __future__ import annotations
 
 import io
@@ -12,7 +12,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from harness import check, compat
+from tests.compat.harness import check, compat
 
 
 def _round_trip(torch, obj, **load_kw):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import gpugrad
-from harness import check
+from tests.compat.harness import check
 
 
 def _m(t):

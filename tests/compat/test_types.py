@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from harness import check, compat
+from tests.compat.harness import check, compat
 
 DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
 SCALARS = (True, 3, -2, 2.5, 1e-3)

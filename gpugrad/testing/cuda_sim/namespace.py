@@ -2,7 +2,7 @@
 
 The simulated device (``cuda_sim``) exposes only what is listed in ``cupy_namespace.json``, so code that works on
 it cannot lean on a NumPy-only function or keyword.  The file is generated from an installed CuPy (which imports
-without a GPU) by ``python -m gpugrad.testing.cuda_sim.namespace --write``; ``tests/test_cuda_sim.py`` checks it
+without a GPU) by ``python -m gpugrad.testing.cuda_sim.namespace --write``; ``tests/cuda/test_cuda_sim.py`` checks it
 against the installed CuPy wherever CuPy imports.
 
 A signature is ``{"params": [...], "kwonly": [...], "posonly": n, "varargs": bool, "varkw": bool}``, read with

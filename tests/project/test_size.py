@@ -1,0 +1,64 @@
+"""A line budget (after tinygrad's sz.py): code lines, not docstrings, comments or blank lines.
+
+Raising a budget is a decision: do it in its own commit, saying what the new lines buy.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "gpugrad"
+TOOLING = ("cli", "bench")  # the command line and benchmarks
+TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the simulated CUDA device
+# library 4200 -> 4400: device scoping for multi-GPU, the kernel probe behind is_available(), header inlining and
+# float16 opmath (issue 8). Test tooling gets its own budget: the simulated device (~1,000 lines) is what lets CI run
+# the whole CUDA path; it should not squeeze the CLI's.
+# library 4400 -> 4600 (issue 9): CUDA graphs (backend/graphs.py), device-side range checks that never sync
+# (backend/deferred.py), launchers for the vectorized, row-team, multi-tensor optimizer and check kernels.
+# library 4600 -> 5000, tooling 1900 -> 2100 (issue 12): anomaly mode (autograd/anomaly.py, ~170), saving what torch
+# saves, 0-d results, view/expand checks and hooks without cycles (~150), IDX files read with bounds (~60); the CLI's
+# hardened checkpoint reader, config validation shared with the parser and the divergence stop (~230).
+# library 5000 -> 6800, tooling 2100 -> 2420, testing 1700 -> 1730 (issues 10, 13, 14): forward-mode AD, the op
+# declarations and every op's JVP and double backward, autograd.functional (~800); explain / draw / record (~365);
+# gpugrad.distributed, DistributedDataParallel and DistributedSampler (~650); the explain CLI, train --distributed,
+# bench --modes and --distributed (~320); a world-size-1 NCCL on the simulated device (~30).
+# library 6800 -> 9900 (issue 11, the PyTorch surface, ~3,100): dim/keepdim, named tuples and ~180 top-level functions
+# with sort/topk/cumsum/einsum/norm/scatter and the rounding ops (~775); dtype objects, Size, devices, torch's
+# promotion, creation functions, generators, DLPack (~495); losses with weights/ignore_index/label smoothing/probability
+# targets, BatchNorm, containers, hooks, nn.utils, exact GELU/erf (~740); RMSprop, Adagrad, amsgrad, 15 schedulers,
+# torch's param_groups and state_dict, utils.data with worker processes, save/load without pickle (~1,070).
+BUDGETS = {"library": 9900, "tooling": 2420, "testing": 1730}
+
+
+def code_lines(path: Path) -> int:
+    src = path.read_text()
+    docs = set()
+    for node in ast.walk(ast.parse(src)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            docs.update(range(body[0].lineno, body[0].end_lineno + 1))
+    lines = set()
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type not in skip:
+            lines.update(range(tok.start[0], tok.end[0] + 1))
+    return len(lines - docs)
+
+
+def test_code_stays_within_budget():
+    counts = dict.fromkeys(BUDGETS, 0)
+    for path in PKG.rglob("*.py"):
+        part = path.relative_to(PKG).parts[0]
+        counts["tooling" if part in TOOLING else "testing" if part in TESTING else "library"] += code_lines(path)
+    print(f"code lines: {counts} (budgets {BUDGETS})")
+    for kind, n in counts.items():
+        assert n <= BUDGETS[kind], f"gpugrad {kind} code is {n} lines, over its budget of {BUDGETS[kind]}"
+
+
+def test_counter_ignores_docstrings_and_comments(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('"""doc\\nstring"""\n# comment\n\ndef f(x):\n    """doc"""\n    return (x +\n            1)  # why\n')
+    assert code_lines(f) == 3
