@@ -49,7 +49,7 @@ def measure(batch):
     import gpugrad
     import gpugrad.nn as nn
     import gpugrad.nn.functional as F
-    from gpugrad.autograd.engine import toposort
+    from gpugrad.core.engine import toposort
     from gpugrad.testing import cuda_sim
 
     gpugrad.manual_seed(0)

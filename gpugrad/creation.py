@@ -12,46 +12,10 @@ import operator
 import numpy as np
 
 from gpugrad.backend import backend_of, get_backend, is_array, on
+from gpugrad.core.tensor import TensorBase, make, new
+from gpugrad.core.tensor_xp import depends
 from gpugrad.dtypes import DEFAULTS, default_complex, to_np
 from gpugrad.random import generator as generator_of
-
-_PY_DEFAULTS = {np.dtype(np.float64): lambda: DEFAULTS.float, np.dtype(np.complex128): default_complex}
-
-
-def _to_array(data, dtype=None, device=None):
-    """(array, backend) for any array-like, its dtype inferred as torch's ``tensor()`` does."""
-    from gpugrad._tensor import Tensor
-
-    dtype = to_np(dtype)
-    if isinstance(data, Tensor):
-        data = data._data
-    if is_array(data):
-        src = backend_of(data)
-        # Host data goes to the default device, as lists do; device arrays (and tensors) stay where they are.
-        be = src if device is None and src.name != "cpu" else get_backend(device)
-        if be is not src:
-            data = src.to_host(data) if be.name == "cpu" else be.asarray(data)
-        array = be.xp.array(data, dtype=dtype, copy=True) if be.name == "cpu" else be.asarray(data, dtype).copy()
-        return array, be
-    be = get_backend(device)
-    host = np.asarray(data, dtype=dtype)
-    # NumPy holds ints beyond int64 as uint64 or objects; torch refuses them
-    if (host.dtype == object or host.dtype == np.uint64 and not _numpy_typed(data)) and any(
-            isinstance(v, int) and not -2**63 <= v < 2**63 for v in host.ravel().tolist()):
-        raise ValueError(f"tensor(): Overflow when unpacking long: {data!r} holds an integer out of int64's range")
-    if dtype is None and not _numpy_typed(data) and host.dtype in _PY_DEFAULTS:
-        host = host.astype(_PY_DEFAULTS[host.dtype]())  # Python floats (complex) take the default dtype, as in torch
-    if host.dtype.kind not in "biufc":
-        raise TypeError(f"tensor(): cannot make a tensor from {type(data).__name__} data (of NumPy type "
-                        f"{host.dtype}): expected numbers, nested lists of numbers or arrays")
-    return (host if be.name == "cpu" else be.asarray(host)), be
-
-
-def _numpy_typed(data):
-    """NumPy scalars (np.float64(1.0), [np.float64(1.0)]) keep their dtype, as in torch."""
-    while isinstance(data, (list, tuple)) and data:
-        data = data[0]
-    return isinstance(data, np.generic)
 
 
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
@@ -60,22 +24,18 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     >>> gpugrad.tensor([[1.0, 2.0]], requires_grad=True).shape
     gpugrad.Size([1, 2])
     """
-    from gpugrad._tensor import Tensor
-
-    return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
+    return new(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None):
     """A tensor that shares ``data``'s memory when it is already an array of that dtype on that device
     (no copy), else a converted copy, as torch.as_tensor."""
-    from gpugrad._tensor import Tensor, _make
-
-    if isinstance(data, Tensor):
+    if isinstance(data, TensorBase):
         return data.to(device=device, dtype=dtype) if (device or dtype) else data
     if is_array(data):
         src = backend_of(data)
         if (device is None or get_backend(device) is src) and (dtype is None or to_np(dtype) == data.dtype):
-            return _make(data, src)
+            return make(data, src)
     return tensor(data, dtype=dtype, device=device)
 
 
@@ -89,9 +49,7 @@ def from_numpy(array):
 def from_dlpack(ext_tensor):
     """A tensor sharing the memory of any DLPack producer: a NumPy or CuPy array, a torch tensor, a gpugrad Tensor
     (zero copy). CPU data becomes a CPU tensor, CUDA data a CUDA tensor on its device."""
-    from gpugrad._tensor import Tensor
-
-    if isinstance(ext_tensor, Tensor):
+    if isinstance(ext_tensor, TensorBase):
         return ext_tensor.detach()
     if is_array(ext_tensor):
         return as_tensor(ext_tensor)
@@ -124,11 +82,9 @@ def _size(size, op, keyword=None):
 
 
 def _new(fill, shape, dtype, device, requires_grad):
-    from gpugrad._tensor import _make
-
     be = get_backend(device)
     with on(be):
-        t = _make(be.as_array(fill(be, shape, to_np(dtype) or DEFAULTS.float)), be)
+        t = make(be.as_array(fill(be, shape, to_np(dtype) or DEFAULTS.float)), be)
     return t.requires_grad_() if requires_grad else t
 
 
@@ -194,28 +150,28 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_
                 .astype(d), (), d, device, requires_grad)
 
 
-def _floating(dtype, op):
+def floating(dtype, op):
     d = to_np(dtype) or DEFAULTS.float
     if d.kind != "f":
         raise NotImplementedError(f"{op}: draws floating-point values, got dtype {d}; use randint for integers")
     return d
 
 
-def _draw(name, be, gen, s, d):
+def draw(name, be, gen, s, d):
     """NumPy's and CuPy's generators draw float32 and float64: float16 is drawn in float32 and rounded."""
     return getattr(generator_of(be, gen), name)(s, dtype=d if d.itemsize >= 4 else np.float32).astype(d, copy=False)
 
 
 def rand(*shape, size=None, generator=None, dtype=None, device=None, requires_grad=False):
     """Uniform [0, 1) samples from ``generator`` or the device's default generator (``gpugrad.manual_seed``)."""
-    return _new(lambda be, s, d: _draw("random", be, generator, s, d), _size(shape, "rand", size),
-                _floating(dtype, "rand"), device, requires_grad)
+    return _new(lambda be, s, d: draw("random", be, generator, s, d), _size(shape, "rand", size),
+                floating(dtype, "rand"), device, requires_grad)
 
 
 def randn(*shape, size=None, generator=None, dtype=None, device=None, requires_grad=False):
     """Standard normal samples from ``generator`` or the device's default generator."""
-    return _new(lambda be, s, d: _draw("standard_normal", be, generator, s, d), _size(shape, "randn", size),
-                _floating(dtype, "randn"), device, requires_grad)
+    return _new(lambda be, s, d: draw("standard_normal", be, generator, s, d), _size(shape, "randn", size),
+                floating(dtype, "randn"), device, requires_grad)
 
 
 def randint(low=0, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False):
@@ -245,19 +201,16 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False)
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False):
     """Normal samples: ``normal(mean, std, size)`` with numbers, or Tensors ``mean``/``std`` (their broadcast
     shape). As torch's, the result depends on Tensor means and stds with derivative 0 (no reparametrization)."""
-    from gpugrad._tensor import Tensor
-    from gpugrad.autograd.tensor_xp import depends
-
-    like = mean if isinstance(mean, Tensor) else std if isinstance(std, Tensor) else None
+    like = mean if isinstance(mean, TensorBase) else std if isinstance(std, TensorBase) else None
     if like is None and size is None:
         raise TypeError("normal(): give a size with float mean and std, or Tensor mean/std")
-    shape = np.broadcast_shapes(*(t.shape for t in (mean, std) if isinstance(t, Tensor))) if like is not None \
+    shape = np.broadcast_shapes(*(t.shape for t in (mean, std) if isinstance(t, TensorBase))) if like is not None \
         else _size((size,), "normal")
     dtype = like.dtype if like is not None else dtype
     z = randn(shape, generator=generator, dtype=dtype, device=like.device if like is not None else device)
     y = (z * std + mean).detach()
     for t in (mean, std):
-        y = depends(y, t) if isinstance(t, Tensor) and t.requires_grad else y
+        y = depends(y, t) if isinstance(t, TensorBase) and t.requires_grad else y
     return y if like is not None else y.requires_grad_(requires_grad)
 
 

@@ -8,7 +8,6 @@ dtype it wraps (``gpugrad.float32 == np.float32``). bfloat16 has no NumPy dtype,
 from __future__ import annotations
 
 import builtins
-import numbers
 import types
 
 import numpy as np
@@ -129,11 +128,11 @@ def default_complex():
     return np.dtype(np.complex128) if DEFAULTS.float == np.float64 else np.dtype(np.complex64)
 
 
-# -- promotion --------------------------------------------------------------------------------------------------
+# -- promotion of NumPy dtypes (an op's operands: core/promotion.py) ---------------------------------------
 _CAT = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 
 
-def _promote(a, b):
+def promote_np(a, b):
     """torch.promote_types on NumPy dtypes: within integers, or within floats and complex, as NumPy; across them,
     the floating type wins (int64 with float16 is float16; NumPy would widen to float64)."""
     if a is None or a == b:
@@ -146,7 +145,7 @@ def _promote(a, b):
     return a if ca > cb else b
 
 
-def _combine(higher, lower):
+def combine_categories(higher, lower):
     """torch's combine_categories: a lower tier (0-d tensors, then Python numbers) counts only where its category
     is higher than the tier above's."""
     if higher is None:
@@ -158,95 +157,19 @@ def _combine(higher, lower):
     if higher.kind == "f":
         return higher
     if higher.kind == "b" or lower.kind == "f":
-        return _promote(higher, lower)
+        return promote_np(higher, lower)
     return higher
-
-
-Tensor = None  # gpugrad.Tensor, set when it is defined (it imports this module)
-
-
-def _np_result_type(operands):
-    dim = zero = number = None
-    for x in operands:
-        if isinstance(x, Tensor):
-            if x._data.ndim:
-                dim = _promote(dim, x._data.dtype)
-            else:
-                zero = _promote(zero, x._data.dtype)
-        elif isinstance(x, (builtins.bool, np.bool_)):
-            number = _promote(number, np.dtype(np.bool_))
-        elif isinstance(x, numbers.Integral):
-            number = _promote(number, np.dtype(np.int64))
-        elif isinstance(x, numbers.Real):
-            number = _promote(number, DEFAULTS.float)
-        elif isinstance(x, numbers.Complex):
-            number = _promote(number, default_complex())
-        else:
-            raise TypeError(f"result_type: expected Tensors or numbers, got {type(x).__name__}")
-    return _combine(dim, _combine(zero, number))
 
 
 def promote_types(type1, type2) -> dtype:
     """The smallest dtype both ``type1`` and ``type2`` convert to, as torch.promote_types."""
-    return as_dtype(_promote(to_np(type1), to_np(type2)))
-
-
-def result_type(tensor1, tensor2) -> dtype:
-    """The dtype an arithmetic op on these operands gives, as torch.result_type: dimensioned tensors decide, 0-d
-    tensors only when of a higher category (float over int), Python numbers likewise (a float is the default
-    dtype, an int int64)."""
-    return as_dtype(_np_result_type((tensor1, tensor2)))
+    return as_dtype(promote_np(to_np(type1), to_np(type2)))
 
 
 def can_cast(from_, to) -> bool:
     """torch.can_cast: False where the cast would drop a category (float to int, complex to float, to bool)."""
     a, b = to_np(from_), to_np(to)
     return _CAT[a.kind] <= _CAT[b.kind] or b.kind == "i" and a.kind == "u"
-
-
-def promoted(op, args):
-    """``args`` with their Tensors cast to the dtype torch computes ``op`` in (``op.promotes``: True, "float" for
-    ops whose integer inputs compute in the default float dtype (true division, exp), "same" for ops that refuse
-    mixed dtypes (matmul)). Python numbers stay numbers: NumPy treats them as weak, as torch does."""
-    first, same = None, True
-    for a in args:  # fast path: one floating dtype and real numbers, nothing to do
-        if isinstance(a, Tensor):
-            d = a._data.dtype
-            if first is None:
-                first = d
-            elif d != first:
-                same = False
-        elif isinstance(a, complex):
-            same = False
-    if same and first is not None and first.kind == "f":
-        return args
-    mode = op.promotes
-    if mode == "same":
-        dts = [a._data.dtype for a in args if isinstance(a, Tensor)]
-        if len(set(dts)) > 1:
-            raise RuntimeError(f"{op.op_name}: expected both operands to have the same dtype, but got "
-                               f"{' and '.join(str(as_dtype(d)) for d in dts)}; convert one with .to(dtype)")
-        return args
-    want = _np_result_type(args)
-    if mode == "float" and want.kind in "biu":
-        want = DEFAULTS.float
-    return tuple((_cast_for(a, want) if a._data.dtype != want else a) if isinstance(a, Tensor) else _wrapped(a, want)
-                 for a in args)
-
-
-def _cast_for(tensor, want):
-    """``tensor`` in the dtype an op computes in. The copy shares the original's version counter: torch's op saves the
-    original and casts in backward, so changing the original in place before backward is an error there too."""
-    cast = tensor.to(dtype=want)
-    cast._version_counter = tensor._version_counter
-    return cast
-
-
-def _wrapped(number, want):
-    """A Python int out of an integer dtype's range wraps around, as in torch (NumPy would raise): uint8 - 2."""
-    if want.kind in "iu" and type(number) is int and not np.iinfo(want).min <= number <= np.iinfo(want).max:
-        return np.array(number).astype(want)[()]
-    return number
 
 
 class Size(tuple):

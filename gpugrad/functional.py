@@ -1,10 +1,8 @@
-"""Top-level functions (``gpugrad.cat``, ``gpugrad.sort``, ...) and the Tensor methods that are compositions of ops.
+"""Functions written with other ops: selections (max(dim), sort, topk), shape functions (split, flip, repeat),
+products (mm, bmm, dot), comparisons, and the other compositions torch offers as Tensor methods and functions.
 
-Each behaviour is written once, and two tables make it both a function and a method, as in torch:
-
-- ``METHODS``: functions defined here (first argument ``input``) that are also Tensor methods: ``x.sort(1)`` is
-  ``gpugrad.sort(x, 1)``;
-- ``MIRRORED``: Tensor methods that are also top-level functions: ``gpugrad.sum(x, 1)`` is ``x.sum(1)``.
+Each is registered with ``@composite``: the registry binds it as ``Tensor.<name>`` (first argument ``input``) and
+``gpugrad.<name>``, and as ``Tensor.<name>_`` where torch has the in-place form, as it does an op's frontend.
 
 Selections along a dim (max, min, median, mode, kthvalue, sort, topk) find their indices without a graph and take
 the values with ``gather``, so the gradient goes to the returned indices (torch's value_selecting_reduction_backward:
@@ -19,24 +17,16 @@ from collections import Counter
 import numpy as np
 
 from gpugrad import return_types
+from gpugrad.core.args import canonical_axis, dims as _dim, index_array as _index_array, sizes as _sizes, with_dtype
+from gpugrad.core.registry import composite
+from gpugrad.core.tensor import TensorBase, as_operand, make as _make, on_own_device as _on_own_device
 from gpugrad.ops.activation import POINTWISE_OPS
 from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace
-from gpugrad.ops.linalg import _LETTERS, Einsum, LinalgVectorNorm
 from gpugrad.ops.matmul import Matmul
-from gpugrad.ops.movement import Cat, Gather, Stack
-from gpugrad.ops.reduce import Max, Median, Min, canonical_axis
-from gpugrad.ops.scan import Cumprod, Cumsum
-from gpugrad.ops.scatter import Scatter
-from gpugrad._tensor import Tensor, _dim, _index_array, _make, _on_own_device
-
-
-def _tensors(xs, op):
-    xs = list(xs)
-    if not xs:
-        raise ValueError(f"{op}: expected a non-empty sequence of tensors")
-    return [x if isinstance(x, Tensor) else Tensor(x, device=xs[0].device if isinstance(xs[0], Tensor) else None)
-            for x in xs]
+from gpugrad.ops.movement import Cat, Gather, tensors_of
+from gpugrad.ops.reduce import Max, Median, Min
+from gpugrad.ops.scan import Cumprod
 
 
 def _named(t, name):
@@ -46,51 +36,30 @@ def _named(t, name):
     return t
 
 
-def _sizes(args):
-    """``f(2, 3)`` or ``f((2, 3))``, as torch's size arguments."""
-    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
-
-
 def _axis(input, dim, op):
     return canonical_axis(dim, input.ndim, op)
 
 
-def cat(tensors, dim=None, *, axis=None):
-    """Concatenate along an existing dim (default 0).  NumPy's ``axis=`` is an alias of ``dim``."""
-    return Cat.apply(*_tensors(tensors, "cat"), axis=_dim0(dim, axis, "cat"))
-
-
-def stack(tensors, dim=None, *, axis=None):
-    """Stack along a new dim (default 0).  NumPy's ``axis=`` is an alias of ``dim``."""
-    return Stack.apply(*_tensors(tensors, "stack"), axis=_dim0(dim, axis, "stack"))
-
-
-def _dim0(dim, axis, op):
-    d = _dim(dim, False, {} if axis is None else {"axis": axis}, op)["axis"]
-    return 0 if d is None else d
-
-
+@composite("hstack", method=False)
 def hstack(tensors):
-    return cat(tensors, 0 if all(t.ndim == 1 for t in tensors) else 1)
+    return Cat.cat(tensors, 0 if all(t.ndim == 1 for t in tensors) else 1)
 
 
+@composite("vstack", method=False)
 def vstack(tensors):
-    return cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors], 0)
+    return Cat.cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors], 0)
 
 
+@composite("where", method=False)
 def where(condition, input=None, other=None):
     """Elementwise ``condition ? input : other``; gradients flow to input and other, never to the condition.
     ``where(condition)`` alone is ``nonzero(condition, as_tuple=True)``."""
     if input is None and other is None:
         return nonzero(condition, as_tuple=True)
-    like = input if isinstance(input, Tensor) else other if isinstance(other, Tensor) else None
+    like = input if isinstance(input, TensorBase) else other if isinstance(other, TensorBase) else None
     if like is None:
         raise TypeError("where: at least one of input and other must be a Tensor")
-    return Where.apply(like._other(input), like._other(other), cond=_index_array(condition, like, "where"))
-
-
-def _where_method(self, condition, y):
-    return where(condition, self, y)
+    return Where.apply(as_operand(input, like), as_operand(other, like), cond=_index_array(condition, like, "where"))
 
 
 # -- selections along a dim: values (differentiable, by gather) and indices ------------------------------------------
@@ -130,7 +99,7 @@ def _nth(n, op, d):
 
 def _extreme(op, arg, full):
     def f(input, dim=None, keepdim=False, **kw):
-        if isinstance(dim, Tensor):  # torch.max(a, b): the elementwise maximum
+        if isinstance(dim, TensorBase):  # torch.max(a, b): the elementwise maximum
             return input.maximum(dim) if op == "max" else input.minimum(dim)
         a = _dim(dim, keepdim, kw, op)
         if a["axis"] is None:
@@ -145,13 +114,16 @@ def _extreme(op, arg, full):
     return f
 
 
-max, min = _extreme("max", "argmax", Max), _extreme("min", "argmin", Min)  # noqa: A001
+max = composite("max")(_extreme("max", "argmax", Max))  # noqa: A001 - torch's names
+min = composite("min")(_extreme("min", "argmin", Min))  # noqa: A001
 
 
+@composite("aminmax")
 def aminmax(input, *, dim=None, keepdim=False):
     return return_types.aminmax((input.amin(dim, keepdim), input.amax(dim, keepdim)))
 
 
+@composite("median")
 def median(input, dim=None, keepdim=False, **kw):
     """The lower median over all elements (gy split among ties), or along ``dim``: ``(values, indices)``; NaN (and
     its index) where a line has one, as torch."""
@@ -166,12 +138,14 @@ def median(input, dim=None, keepdim=False, **kw):
     return _pick(input, a["axis"], a["keepdims"], index, return_types.median, "median")
 
 
+@composite("kthvalue")
 def kthvalue(input, k, dim=-1, keepdim=False):
     """The k-th smallest value along ``dim`` (k from 1) and its index."""
     return _pick(input, dim, keepdim, lambda xp, x, d: _nth(k - 1, "kthvalue", dim)(xp, x, d),
                  return_types.kthvalue, "kthvalue")
 
 
+@composite("mode")
 def mode(input, dim=-1, keepdim=False):
     """The most frequent value along ``dim`` (the smallest among equally frequent ones) and the index of its last
     occurrence, as torch."""
@@ -189,15 +163,18 @@ def mode(input, dim=-1, keepdim=False):
     return _pick(input, dim, keepdim, index, return_types.mode, "mode")
 
 
+@composite("sort")
 def sort(input, dim=-1, descending=False, stable=False):
     """Sorted values along ``dim`` and the indices they came from (stable: equal values keep their order)."""
     return _pick(input, dim, True, lambda xp, x, d: _argsort(xp, x, d, descending), return_types.sort, "sort", False)
 
 
+@composite("argsort")
 def argsort(input, dim=-1, descending=False, stable=False):
     return sort(input, dim, descending).indices
 
 
+@composite("topk")
 def topk(input, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's name
     """The k largest (or smallest) values along ``dim``, in order, and their indices."""
     def index(xp, x, d):
@@ -208,10 +185,11 @@ def topk(input, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's n
 
 
 # -- reductions and scans that are compositions ----------------------------------------------------------------------
+@composite("prod")
 def prod(input, dim=None, keepdim=False, *, dtype=None, **kw):
     """Π x over all elements or along ``dim``: the last of the cumulative products, so zeros get torch's gradients
     (the product of the others for a lone zero, 0 otherwise)."""
-    x, a = input._cast(dtype), _dim(dim, keepdim, kw, "prod")
+    x, a = with_dtype(input, dtype), _dim(dim, keepdim, kw, "prod")
     if isinstance(a["axis"], tuple):
         raise TypeError(f"prod(): dim must be an int, got {a['axis']}")
     if a["axis"] is None or not x.ndim:
@@ -224,33 +202,12 @@ def prod(input, dim=None, keepdim=False, *, dtype=None, **kw):
     return _named(y[(slice(None),) * d + (slice(-1, None) if a["keepdims"] else -1,)], "ProdBackward1")
 
 
-def cumsum(input, dim, *, dtype=None):
-    return Cumsum.apply(input._cast(dtype), axis=dim)
-
-
-def cumprod(input, dim, *, dtype=None):
-    return Cumprod.apply(input._cast(dtype), axis=dim)
-
-
-def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
-    """The vector p-norm over all elements or ``dim`` (an int or a tuple): p = "fro" or 2, 1, inf, -inf, 0, any
-    number (torch.linalg.vector_norm's gradients: 0 where the norm is 0)."""
-    if p is None or p == "fro":
-        p = 2
-    if isinstance(p, str):
-        raise ValueError(f"norm: p={p!r} is a matrix norm that needs an SVD, which gpugrad does not have; use "
-                         "p='fro' or a number")
-    x = input._cast(dtype)
-    if x._data.dtype.kind not in "fc":
-        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {x.dtype}; "
-                           "call .float() first")
-    return LinalgVectorNorm.apply(x, ord=float(p), **_dim(dim, keepdim, {}, "norm"))
-
-
+@composite("var_mean", method=False)
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return input.var(dim, unbiased, keepdim, correction=correction), input.mean(dim, keepdim)
 
 
+@composite("std_mean", method=False)
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return input.std(dim, unbiased, keepdim, correction=correction), input.mean(dim, keepdim)
 
@@ -260,6 +217,7 @@ def _along(input, d, key):
     return input[(slice(None),) * d + (key,)]
 
 
+@composite("split")
 def split(input, split_size_or_sections, dim=0):
     """Views of consecutive pieces along ``dim``: of ``split_size`` each (the last may be smaller), or of the given
     sizes."""
@@ -280,6 +238,7 @@ def split(input, split_size_or_sections, dim=0):
     return tuple(_along(input, d, slice(int(a), int(a) + k)) for a, k in zip(starts, sizes))
 
 
+@composite("chunk")
 def chunk(input, chunks, dim=0):
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
@@ -287,6 +246,7 @@ def chunk(input, chunks, dim=0):
     return split(input, -(-n // chunks) if n else [0] * chunks, dim)
 
 
+@composite("tensor_split")
 def tensor_split(input, indices_or_sections, dim=0):
     d = _axis(input, dim, "tensor_split")
     n = input.shape[d]
@@ -299,11 +259,13 @@ def tensor_split(input, indices_or_sections, dim=0):
     return split(input, sizes, d)
 
 
+@composite("unbind")
 def unbind(input, dim=0):
     d = _axis(input, dim, "unbind")
     return tuple(_along(input, d, i) for i in range(input.shape[d]))
 
 
+@composite("narrow")
 def narrow(input, dim, start, length):
     d = _axis(input, dim, "narrow")
     n = input.shape[d]
@@ -313,6 +275,7 @@ def narrow(input, dim, start, length):
     return _along(input, d, slice(start, start + length))
 
 
+@composite("select")
 def select(input, dim, index):
     d = _axis(input, dim, "select")
     if not -input.shape[d] <= index < input.shape[d]:
@@ -321,6 +284,7 @@ def select(input, dim, index):
     return _along(input, d, int(index))
 
 
+@composite("movedim")
 def movedim(input, source, destination):
     src = [_axis(input, s, "movedim") for s in (source if isinstance(source, (tuple, list)) else (source,))]
     dst = [_axis(input, s, "movedim") for s in (destination if isinstance(destination, (tuple, list)) else
@@ -334,15 +298,18 @@ def movedim(input, source, destination):
     return input.permute(order)
 
 
+@composite("swapaxes")
 def swapaxes(input, axis0, axis1):
     return input.transpose(axis0, axis1)
 
 
+@composite("unflatten")
 def unflatten(input, dim, sizes):
     d = _axis(input, dim, "unflatten")
     return input.reshape(input.shape[:d] + tuple(sizes) + input.shape[d + 1:])
 
 
+@composite("flip")
 def flip(input, *dims, **kw):
     """A copy with the order along ``dims`` reversed."""
     dims = _sizes(dims) if dims else _sizes((kw.pop("dims"),)) if "dims" in kw else None
@@ -355,14 +322,17 @@ def flip(input, *dims, **kw):
     return _named(input[tuple(key)].clone(), "FlipBackward0")
 
 
+@composite("fliplr")
 def fliplr(input):
     return flip(input, 1)
 
 
+@composite("flipud")
 def flipud(input):
     return flip(input, 0)
 
 
+@composite("roll")
 def roll(input, shifts, dims=None):
     """Elements shifted along ``dims`` (wrapping around); over the flattened tensor without dims."""
     if dims is None:
@@ -374,10 +344,11 @@ def roll(input, shifts, dims=None):
         n = input.shape[d]
         s = int(s) % n if n else 0
         if s:
-            out = cat([_along(out, d, slice(n - s, None)), _along(out, d, slice(0, n - s))], d)
+            out = Cat.cat([_along(out, d, slice(n - s, None)), _along(out, d, slice(0, n - s))], d)
     return _named(out if out is not input else input.clone(), "RollBackward0")
 
 
+@composite("repeat")
 def repeat(input, *sizes):
     """The tensor tiled ``sizes`` times along each dim (new leading dims for extra sizes)."""
     sizes = _sizes(sizes)
@@ -390,11 +361,13 @@ def repeat(input, *sizes):
     return _named(out, "RepeatBackward0")
 
 
+@composite("tile")
 def tile(input, dims):
     dims = tuple(dims)
     return repeat(input, (1,) * (input.ndim - len(dims)) + dims)
 
 
+@composite("repeat_interleave")
 def repeat_interleave(input, repeats, dim=None, *, output_size=None):
     """Each element repeated ``repeats`` times (an int, or one count per element) along ``dim`` (flattened if
     None)."""
@@ -420,14 +393,17 @@ def _triangle(input, diagonal, lower):
     return _named(Where.apply(input, xp.zeros((), input._data.dtype), cond=keep), op.capitalize() + "Backward0")
 
 
+@composite("tril")
 def tril(input, diagonal=0):
     return _triangle(input, diagonal, True)
 
 
+@composite("triu")
 def triu(input, diagonal=0):
     return _triangle(input, diagonal, False)
 
 
+@composite("diagonal")
 @_on_own_device
 def diagonal(input, offset=0, dim1=0, dim2=1):
     """The diagonal (offset above it if > 0, below if < 0) of the planes (dim1, dim2), as the last dim."""
@@ -437,6 +413,7 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
     return _named(x[..., i - builtins.min(offset, 0), i + builtins.max(offset, 0)], "DiagonalBackward0")
 
 
+@composite("diag")
 @_on_own_device
 def diag(input, diagonal=0):
     """A 1-D tensor placed on a diagonal of a square matrix, or a matrix's diagonal."""
@@ -450,12 +427,14 @@ def diag(input, diagonal=0):
     return _named(IndexPlace.apply(input, key=key, shape=(n + k, n + k)), "DiagEmbedBackward0")
 
 
+@composite("trace")
 def trace(input):
     if input.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.ndim}")
     return _named(diagonal(input).sum(), "TraceBackward0")
 
 
+@composite("index_select")
 def index_select(input, dim, index):
     idx = _index_array(index, input, "index_select")
     if idx.ndim > 1:
@@ -463,54 +442,38 @@ def index_select(input, dim, index):
     return _named(_along(input, _axis(input, dim, "index_select"), idx.reshape(-1)), "IndexSelectBackward0")
 
 
+@composite("masked_select")
 def masked_select(input, mask):
     m = _index_array(mask, input, "masked_select")
     shape = np.broadcast_shapes(input.shape, m.shape)
     return input.expand(shape)[input._backend.xp.broadcast_to(m, shape)]
 
 
-def scatter(input, dim, index, src=None, *, value=None, reduce=None):
-    """A copy with ``src`` (a tensor, or a number as ``value``) written where ``index`` points along ``dim``
-    (``reduce="add"``: added), as torch.scatter; the gradient flows to both."""
-    if reduce not in (None, "add"):
-        raise ValueError(f"scatter: reduce must be None or 'add', got {reduce!r}")
-    src = value if src is None else src
-    return Scatter.apply(input, input._other(src), index=_index_array(index, input, "scatter"), axis=dim,
-                         reduce=reduce)
-
-
-def scatter_add(input, dim, index, src):
-    return scatter(input, dim, index, src, reduce="add")
-
-
-def index_add(input, dim, index, source, *, alpha=1):
-    """``input`` with ``alpha * source`` added at ``index`` (a vector) along ``dim``; repeated indices add up."""
-    d = _axis(input, dim, "index_add")
-    idx = _index_array(index, input, "index_add").reshape([-1 if e == d else 1 for e in range(source.ndim)])
-    source = source if alpha == 1 else source * alpha
-    return scatter(input, d, input._backend.xp.broadcast_to(idx, source.shape), source, reduce="add")
-
-
+@composite("nansum")
 def nansum(input, dim=None, keepdim=False, *, dtype=None):
     return where(input.isnan(), 0.0, input).sum(dim, keepdim, dtype=dtype)
 
 
+@composite("nanmean")
 def nanmean(input, dim=None, keepdim=False, *, dtype=None):
     return nansum(input, dim, keepdim, dtype=dtype) / input.isnan().logical_not().sum(dim, keepdim)
 
 
+@composite("round", inplace=True)
 def round(input, *, decimals=0):  # noqa: A001 - torch's name
     """Round half to even, at ``decimals`` places (negative: tens, hundreds, ...), as torch."""
     r = POINTWISE_OPS["round"].apply
     return r(input) if not decimals else r(input * 10.0 ** decimals) / 10.0 ** decimals
 
 
+@composite("take_along_dim")
 def take_along_dim(input, indices, dim=None):
     if dim is None:
         return input.reshape(-1).gather(0, indices.reshape(-1))
     return input.gather(dim, indices)
 
 
+@composite("nonzero")
 @_on_own_device
 def nonzero(input, *, as_tuple=False):
     xp, be = input._backend.xp, input._backend
@@ -519,10 +482,12 @@ def nonzero(input, *, as_tuple=False):
     return _make(be.as_array(xp.argwhere(input._data)), be)
 
 
+@composite("argwhere")
 def argwhere(input):
     return nonzero(input)
 
 
+@composite("unique")
 @_on_own_device
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):  # noqa: A002 - torch's name
     """The distinct values (sorted; along ``dim``: the distinct slices), with the inverse indices and the counts if
@@ -540,21 +505,19 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
 
 # -- products ---------------------------------------------------------------------------------------------------------
 def _need(t, ndim, what, op):
-    if not isinstance(t, Tensor) or t.ndim != ndim:
+    if not isinstance(t, TensorBase) or t.ndim != ndim:
         raise RuntimeError(f"{op}: {what} must be a {ndim}-D tensor, got "
-                           f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
+                           f"{tuple(t.shape) if isinstance(t, TensorBase) else type(t).__name__}")
 
 
-def matmul(input, other):
-    return input @ other
-
-
+@composite("mm")
 def mm(input, mat2):
     _need(input, 2, "self", "mm")
     _need(mat2, 2, "mat2", "mm")
     return Matmul.apply(input, mat2)
 
 
+@composite("bmm")
 def bmm(input, mat2):
     _need(input, 3, "batch1", "bmm")
     _need(mat2, 3, "batch2", "bmm")
@@ -563,12 +526,14 @@ def bmm(input, mat2):
     return Matmul.apply(input, mat2)
 
 
+@composite("mv")
 def mv(input, vec):
     _need(input, 2, "self", "mv")
     _need(vec, 1, "vec", "mv")
     return Matmul.apply(input, vec)
 
 
+@composite("dot")
 def dot(input, other):
     _need(input, 1, "self", "dot")
     _need(other, 1, "other", "dot")
@@ -578,144 +543,76 @@ def dot(input, other):
     return Matmul.apply(input, other)
 
 
+@composite("outer")
 def outer(input, vec2):
     _need(input, 1, "self", "outer")
     _need(vec2, 1, "vec2", "outer")
     return _named(input.reshape(-1, 1) * vec2, "MulBackward0")
 
 
-ger = outer
-
-
-def einsum(equation, *operands):
-    """Einstein summation as torch's: "ij,jk->ik", implicit outputs ("ij,jk"), "..." for broadcast dims, operands
-    given one by one or as a list; size-1 dims broadcast.  One differentiable op (ops/linalg.py)."""
-    operands = tuple(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
-    if not all(isinstance(x, Tensor) for x in operands):
-        raise TypeError(f"einsum(): operands must be Tensors, got {[type(x).__name__ for x in operands]}")
-    eq = equation.replace(" ", "")
-    lhs, arrow, out = eq.partition("->")
-    subs = lhs.split(",")
-    if len(subs) != len(operands):
-        raise RuntimeError(f"einsum(): {'more' if len(operands) > len(subs) else 'fewer'} operands were provided than "
-                           f"specified in the equation {equation!r}")
-    free = iter(builtins.sorted(set(_LETTERS) - set(eq)))
-    ell = builtins.max([x.ndim - len(s) + 3 for s, x in zip(subs, operands) if "..." in s], default=0)
-    dots = "".join(next(free) for _ in range(ell))
-    for i, (s, x) in enumerate(zip(subs, operands)):
-        subs[i] = s.replace("...", dots[ell - (x.ndim - len(s) + 3):] if x.ndim - len(s) + 3 > 0 else "")
-        if len(subs[i]) != x.ndim or not subs[i].isalpha():
-            raise RuntimeError(f"einsum(): the subscripts {s!r} of operand {i} do not match its {x.ndim} dimensions "
-                               f"(shape {tuple(x.shape)}) in {equation!r}")
-    counts = Counter("".join(subs))
-    out = out.replace("...", dots) if arrow else dots + "".join(builtins.sorted(c for c in counts if counts[c] == 1
-                                                                                and c not in dots))
-    if any(c not in counts for c in out) or len(set(out)) != len(out):
-        raise RuntimeError(f"einsum(): the output subscripts {out!r} must be distinct and appear in an input, in "
-                           f"{equation!r}")
-    size = {}
-    for s, x in zip(subs, operands):
-        for c, n in zip(s, x.shape):
-            if size.get(c, 1) not in (1, n) and n != 1:
-                raise RuntimeError(f"einsum(): subscript {c} has size {n} for an operand of shape {tuple(x.shape)}, "
-                                   f"which does not broadcast with {size[c]}, in {equation!r}")
-            size[c] = n if size.get(c, 1) == 1 else size[c]
-    operands = [x if all(size[c] == n for c, n in zip(s, x.shape)) else x.expand([size[c] for c in s])
-                for s, x in zip(subs, operands)]
-    return Einsum.apply(*operands, equation=",".join(subs) + "->" + out)
+@composite("ger")
+def ger(input, vec2):
+    return outer(input, vec2)
 
 
 # -- comparisons ------------------------------------------------------------------------------------------------------
+@composite("isclose")
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     return input._values("isclose", other, rtol=rtol, atol=atol, equal_nan=equal_nan)
 
 
+@composite("allclose")
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     return builtins.bool(isclose(input, other, rtol, atol, equal_nan).all())
 
 
+@composite("equal")
 def equal(input, other):
     return tuple(input.shape) == tuple(other.shape) and builtins.bool((input == other).all())
 
 
-def _view_as(input, other):
-    return input.view(other.shape)
+# -- views and aliases that torch offers as methods and functions ----------------------------------------------------
+@composite("transpose")
+def transpose(input, dim0=None, dim1=None):
+    """The view with ``dim0`` and ``dim1`` swapped (all axes reversed without them)."""
+    if dim0 is None:
+        return input.permute(tuple(reversed(range(input.ndim))))
+    axes = list(range(input.ndim))
+    axes[dim0], axes[dim1] = axes[dim1], axes[dim0]
+    return _named(input.permute(tuple(axes)), "TransposeBackward0")
 
 
-def _reshape_as(input, other):
-    return input.reshape(other.shape)
+@composite("t")
+def t(input):
+    """The transpose of a matrix (a vector or a number as it is)."""
+    if input.ndim > 2:
+        raise ValueError(f"t() expects a tensor with <= 2 dimensions, got {input.ndim}; use transpose(d0, d1)")
+    return _named(input.permute(tuple(reversed(range(input.ndim)))), "TBackward0")
 
 
-def _type_as(input, other):
-    return input.to(dtype=other.dtype)
+@composite("flatten")
+def flatten(input, start_dim=0, end_dim=-1):
+    nd = builtins.max(input.ndim, 1)
+    s, e = start_dim % nd, end_dim % nd
+    shape = input.shape[:s] + (-1,) + input.shape[e + 1:] if input.ndim else (1,)
+    return input.reshape(shape)
 
 
-# The functions above that are also Tensor methods, and the methods that are also top-level functions.
-METHODS = ("max", "min", "aminmax", "median", "kthvalue", "mode", "sort", "argsort", "topk", "prod", "cumsum",
-           "cumprod", "norm", "split", "chunk", "tensor_split", "unbind", "narrow", "select", "movedim", "swapaxes",
-           "unflatten", "flip", "fliplr", "flipud", "roll", "repeat", "tile", "repeat_interleave", "tril", "triu",
-           "diagonal", "diag", "trace", "index_select", "masked_select", "take_along_dim", "nonzero", "argwhere",
-           "unique", "mm", "bmm", "mv", "dot", "outer", "ger", "isclose", "allclose", "equal", "scatter", "scatter_add",
-           "index_add", "nansum", "nanmean", "round")
-MIRRORED = ("sum", "mean", "amax", "amin", "argmax", "argmin", "all", "any", "count_nonzero", "var", "std",
-            "logsumexp", "softmax", "log_softmax", "reshape", "transpose", "permute", "t", "squeeze", "unsqueeze",
-            "flatten", "gather", "masked_fill", "clamp", "clip", "clamp_min", "clamp_max", "abs", "neg", "square",
-            "add", "sub", "mul", "div", "pow", "maximum", "minimum", "floor_divide", "remainder", "fmod", "eq", "ne",
-            "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "logical_not",
-            "logical_and", "logical_or", "logical_xor", "numel", "broadcast_to", "clone", "detach")
-for _name in METHODS:
-    setattr(Tensor, _name, globals()[_name])
-Tensor.moveaxis, Tensor.swapdims, Tensor.where = movedim, swapaxes, _where_method
-Tensor.view_as, Tensor.reshape_as, Tensor.type_as = _view_as, _reshape_as, _type_as
-for _name in ("scatter", "scatter_add", "index_add", "masked_fill", "clamp_min", "clamp_max", "fmod", "remainder"):
-    setattr(Tensor, _name + "_", lambda self, *a, _f=getattr(Tensor, _name), _n=_name + "_", **k: self._inplace(
-        _n, lambda: _f(self, *a, **k)))
+@composite("masked_fill", inplace=True)
+@_on_own_device
+def masked_fill(input, mask, value):
+    """``value`` where ``mask`` is True (a number, or a 0-d Tensor that then gets the gradient there)."""
+    mask = _index_array(mask, input, "masked_fill")
+    fill = value if isinstance(value, TensorBase) else \
+        _make(input._backend.xp.asarray(value, dtype=input._data.dtype), input._backend)
+    return Where.apply(fill, input, cond=mask)
 
 
-def _mirror(name):
-    method = getattr(Tensor, name)
-
-    def f(input, *args, **kwargs):
-        if not isinstance(input, Tensor):
-            raise TypeError(f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}")
-        return method(input, *args, **kwargs)
-
-    f.__name__, f.__qualname__, f.__doc__ = name, name, method.__doc__
-    return f
+@composite("moveaxis")
+def moveaxis(input, source, destination):
+    return movedim(input, source, destination)
 
 
-POINTWISE = {n: _mirror(n) for n, op in POINTWISE_OPS.items() if op.decl.top}  # gpugrad.sin, gpugrad.exp, ...
-# Everything gpugrad re-exports from here (gpugrad/__init__.py); mirrors stay out of this module's namespace, where
-# sum, all, abs, round would hide Python's.
-TOP = {**{n: globals()[n] for n in (*METHODS, "cat", "stack", "hstack", "vstack", "where", "matmul", "einsum",
-                                    "var_mean", "std_mean")},
-       **{n: _mirror(n) for n in (*MIRRORED, *(p + "_" for p in POINTWISE), "clamp_", "clamp_min_", "clamp_max_",
-                                  "detach_", "fill_", "zero_", "dropout", "get_device")},
-       **POINTWISE, "moveaxis": movedim, "swapdims": swapaxes, "concat": cat, "concatenate": cat}
-TOP.update(negative=TOP["neg"], absolute=TOP["abs"], arcsin=TOP["asin"], arccos=TOP["acos"], arctan=TOP["atan"])
-
-
-def _write(out, result, name):
-    """torch's ``out=``: the result written into ``out`` (resized if its shape differs), which is returned."""
-    if isinstance(result, tuple):  # (values, indices) as torch.return_types.max_out
-        kind = getattr(return_types, type(result).__name__ + "_out", type(result))
-        return kind(_write(o, r, name) for o, r in zip(out, result))
-    if result.requires_grad:
-        raise RuntimeError(f"{name}(): functions with out=... arguments don't support automatic differentiation, "
-                           "but one of the arguments requires grad; call it without out=")
-    if out.shape == result.shape:
-        return out.copy_(result)
-    out.data = result
-    return out
-
-
-def _with_out(name, f):
-    def g(*args, out=None, **kwargs):
-        result = f(*args, **kwargs)
-        return result if out is None else _write(out, result, name)
-
-    g.__name__, g.__qualname__, g.__doc__ = name, name, f.__doc__
-    return g
-
-
-TOP = {n: _with_out(n, f) for n, f in TOP.items()}
+@composite("swapdims")
+def swapdims(input, dim0, dim1):
+    return swapaxes(input, dim0, dim1)

@@ -1,101 +1,24 @@
-"""Reverse-mode autograd: ``backward``, ``grad``, grad modes, custom ``Function``, ``gradcheck`` and anomaly mode."""
+"""Reverse-mode autograd as torch.autograd: ``backward``, ``grad``, grad modes, custom ``Function``, ``gradcheck``,
+anomaly mode, forward mode (``forward_ad``), ``functional`` and the graph viewers ``explain``/``draw``.
+
+The machinery lives in ``gpugrad/core`` (tensor state, nodes, ``Op``, the engine); this package is its public face.
+"""
 from __future__ import annotations
 
-from gpugrad.autograd import engine
-from gpugrad.autograd.anomaly import (detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled,
-                                     set_detect_anomaly)
-from gpugrad.backend import on
+from gpugrad.autograd import forward_ad, functional
 from gpugrad.autograd.custom import Function, FunctionCtx
 from gpugrad.autograd.draw import draw
 from gpugrad.autograd.explain import explain
-from gpugrad.autograd.function import AccumulateGrad, Node, Op, fresh as _fresh
-from gpugrad.autograd import functional
 from gpugrad.autograd.gradcheck import GradcheckError, gradcheck
-from gpugrad.autograd.trace import record
-from gpugrad.autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled,
-                                        no_grad, set_grad_enabled)
+from gpugrad.core.anomaly import detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled, set_detect_anomaly
+from gpugrad.core.backprop import backward, grad
+from gpugrad.core.grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled,
+                                    no_grad, set_grad_enabled)
+from gpugrad.core.node import AccumulateGrad, Node
+from gpugrad.core.op import Op
+from gpugrad.core.trace import record
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "gradcheck", "GradcheckError", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "Node", "Op",
            "AccumulateGrad", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
-           "is_anomaly_check_nan_enabled", "explain", "draw", "record"]
-
-
-def _roots(outputs, grad_outputs, create_graph, what):
-    from gpugrad._tensor import Tensor, _make
-
-    outputs = (outputs,) if isinstance(outputs, Tensor) else tuple(outputs)
-    if grad_outputs is None or isinstance(grad_outputs, Tensor):
-        grad_outputs = (grad_outputs,) * len(outputs) if grad_outputs is None else (grad_outputs,)
-    grad_outputs = tuple(grad_outputs)
-    if len(grad_outputs) != len(outputs):
-        raise ValueError(f"{what}: got {len(outputs)} outputs but {len(grad_outputs)} gradients")
-    roots = []
-    for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
-        if not _fresh(t)._requires_grad:
-            raise RuntimeError(f"{what}: element {i} of tensors does not require grad and does not have a grad_fn")
-        if g is None:
-            if t._data.size != 1:
-                raise RuntimeError(f"{what}: grad can be implicitly created only for scalar outputs; output {i} has "
-                                   f"shape {t.shape}: pass gradient=<tensor of that shape> (e.g. ones_like)")
-            with on(t._backend):
-                g = t._backend.xp.ones_like(t._data)
-        else:
-            if not isinstance(g, Tensor):
-                g = Tensor(g, dtype=t.dtype, device=t.device)
-            if g.shape != t.shape or g.device != t.device:
-                raise RuntimeError(f"{what}: gradient for output {i} has shape {g.shape} on {g.device}, expected "
-                                   f"{t.shape} on {t.device}")
-            if create_graph:
-                roots.append((t._grad_fn or AccumulateGrad.of(t), g))
-                continue
-            with on(t._backend):
-                g = g._data if g.dtype == t.dtype else g._data.astype(t.dtype)
-        node = t._grad_fn or AccumulateGrad.of(t)
-        roots.append((node, _make(g, t._backend) if create_graph else g))
-    return roots
-
-
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
-    """Accumulate gradients of ``tensors`` into the ``.grad`` of the leaves (only ``inputs``, if given)."""
-    roots = _roots(tensors, grad_tensors, create_graph, "backward")
-    retain = create_graph if retain_graph is None else retain_graph
-    if inputs is None:
-        engine.run(roots, retain, create_graph)
-        return
-    from gpugrad._tensor import Tensor
-
-    inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
-    for i, t in enumerate(inputs):  # as torch: a non-leaf input retains its grad from now on, and its grad_fn runs
-        if not _fresh(t)._requires_grad:
-            raise RuntimeError(f"backward: input {i} (shape {t.shape}) does not require grad")
-        if t._grad_fn is not None:
-            t.retain_grad()
-    engine.run(roots, retain, create_graph, only=[t._grad_fn or AccumulateGrad.of(t) for t in inputs])
-
-
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
-    """Gradients of ``outputs`` w.r.t. ``inputs``, returned instead of accumulated into ``.grad``."""
-    from gpugrad._tensor import Tensor
-
-    single = isinstance(inputs, Tensor)
-    inputs = (inputs,) if single else tuple(inputs)
-    for i, t in enumerate(inputs):
-        if not _fresh(t)._requires_grad:
-            raise RuntimeError(f"grad: input {i} (shape {t.shape}) does not require grad")
-    roots = _roots(outputs, grad_outputs, create_graph, "grad")
-    nodes = [t._grad_fn or AccumulateGrad.of(t) for t in inputs]
-    capture = engine.run(roots, create_graph if retain_graph is None else retain_graph, create_graph,
-                         capture=dict.fromkeys(nodes))
-    out = []
-    for i, (t, node) in enumerate(zip(inputs, nodes)):
-        g = capture[node]
-        if g is None:
-            if not allow_unused:
-                raise RuntimeError(f"grad: input {i} (shape {t.shape}) was not used in the graph of the outputs; "
-                                   "pass allow_unused=True to get None for it")
-            out.append(None)
-        else:
-            # Copy: the captured array may be shared with another path or be the caller's own grad_outputs.
-            out.append(g if create_graph else Tensor._wrap(g.copy(), t._backend))
-    return tuple(out)
+           "is_anomaly_check_nan_enabled", "explain", "draw", "record", "forward_ad", "functional"]

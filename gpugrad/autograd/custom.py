@@ -1,14 +1,15 @@
 """User-defined ops in PyTorch's style: ``class F(gpugrad.autograd.Function)`` with static forward/backward."""
 from __future__ import annotations
 
-from gpugrad.autograd.anomaly import STATE as _ANOMALY, record as _record_stack
-from gpugrad.autograd.function import AccumulateGrad, Node
-from gpugrad.autograd.grad_mode import STATE, enable_grad, no_grad
+from gpugrad._tensor import Tensor
+from gpugrad.core.anomaly import STATE as _ANOMALY
+from gpugrad.core.anomaly import record as _record_stack
+from gpugrad.core.grad_mode import STATE, enable_grad, no_grad
+from gpugrad.core.node import AccumulateGrad, Node
 
 
 class FunctionCtx:
     """What ``forward`` and ``backward`` share: saved tensors and any attributes the user sets."""
-
     _saved = ()
     _released = False
 
@@ -42,7 +43,6 @@ class _CustomNode(Node):
         return f"{self.cls.__name__}Backward"
 
     def run_backward(self, g, create_graph):
-        from gpugrad._tensor import Tensor
 
         gt = g if create_graph else Tensor._wrap(g, self._be)
         with enable_grad() if create_graph else no_grad():
@@ -89,7 +89,6 @@ class Function:
 
     @classmethod
     def apply(cls, *args):
-        from gpugrad._tensor import Tensor
 
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)

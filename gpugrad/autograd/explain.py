@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpugrad.autograd import engine, trace
-from gpugrad.autograd.function import AccumulateGrad, fresh
+from gpugrad.core import engine, trace
+from gpugrad.core.node import AccumulateGrad
+from gpugrad.core.views import fresh
 from gpugrad.backend import backend_of, on
 
 SHOWN = 8  # text: arrays of up to this many elements are printed whole, larger ones summarised
@@ -185,7 +186,7 @@ def _backward(root, t, order, index):
             be = node._be
             grads[node] = gy
             # Copies: the engine may later add another path's gradient into these arrays in place.
-            sent[node] = [None if p is None or gx is None else engine._fit(be.as_array(gx), m, be.xp).copy()
+            sent[node] = [None if p is None or gx is None else engine.unbroadcast(be.as_array(gx), m).copy()
                           for (p, _), gx, m in zip(node.next_functions, gxs, node._in_meta)]
 
     leaves = {n: None for n in order if isinstance(n, AccumulateGrad)}
@@ -214,7 +215,7 @@ def _locals(node, shape, dtype, value):
             gxs = node.run_backward(be.xp.ones(shape, dtype), False)
     except Exception:  # noqa: BLE001 - e.g. a saved input changed in place: no local derivative to show
         return None
-    return [None if gx is None or m is None else engine._fit(node._be.as_array(gx), m, node._be.xp)
+    return [None if gx is None or m is None else engine.unbroadcast(node._be.as_array(gx), m)
             for gx, m in zip(gxs, node._in_meta)]
 
 

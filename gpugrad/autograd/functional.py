@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import itertools
 
+from gpugrad._tensor import Tensor
 from gpugrad.autograd import forward_ad as fwd
-from gpugrad.autograd.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
 from gpugrad.backend import on
+from gpugrad.core.backprop import grad
+from gpugrad.core.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
+from gpugrad.creation import ones_like, zeros, zeros_like
+from gpugrad.ops.movement import Stack
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 
@@ -41,8 +45,6 @@ _STRICT = {  # torch's messages, shortened
 # ---- the plumbing torch's functions share ----------------------------------------------------------------------------
 def _as_tuple(x, what, fn):
     """(was it a tuple, the Tensors as a tuple)."""
-    from gpugrad._tensor import Tensor
-
     is_tuple = isinstance(x, tuple)
     x = x if is_tuple else (x,)
     for i, el in enumerate(x):
@@ -99,8 +101,6 @@ def _strict(xs, kind, strict):
 
 def _fill(grads, refs, strict, create_graph, stage):
     """None (independent of that input) -> zeros, or torch's error in strict mode."""
-    from gpugrad.creation import zeros_like
-
     for i, g in enumerate(grads):
         if strict and g is None:
             raise RuntimeError(_STRICT[stage].format(i=i))
@@ -113,8 +113,6 @@ def _fill(grads, refs, strict, create_graph, stage):
 
 def _grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None):
     """``autograd.grad`` over the outputs that require grad (all None when none does)."""
-    from gpugrad.autograd import grad
-
     pairs = [(o, g) for o, g in zip(outputs, grad_outputs or (None,) * len(outputs)) if o.requires_grad]
     if not pairs:
         return (None,) * len(inputs)
@@ -125,7 +123,6 @@ def _grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=N
 def _basis(ts):
     """The identity of R^N (N: all elements of ``ts``) cut by columns into one (N, *t.shape) block per tensor: batched
     tangents (or cotangents) that pick every element once."""
-    from gpugrad._tensor import Tensor
 
     n, be = sum(t.numel() for t in ts), ts[0]._backend
     with on(be):
@@ -157,8 +154,6 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
 
 def jvp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), J v): one forward pass carrying the tangents ``v``."""
-    from gpugrad.creation import ones_like, zeros_like
-
     with enable_grad():
         is_in, inputs = _as_tuple(inputs, "inputs", "jvp")
         inputs = _prep(inputs, create_graph, create_graph or strict)  # a graph only where it is asked or checked
@@ -197,8 +192,6 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
 
 def _jacrev(outputs, inputs, create_graph, strict):
     """One backward pass per output element (the graph retained between them)."""
-    from gpugrad.functional import stack
-
     jac = []
     for out in outputs:
         rows, flat = [[] for _ in inputs], out.reshape(-1)
@@ -206,7 +199,7 @@ def _jacrev(outputs, inputs, create_graph, strict):
             grads = _grad((flat[k],), inputs, None, create_graph, retain_graph=True)
             for r, g in zip(rows, _fill(grads, inputs, strict, create_graph, "back")):
                 r.append(g)
-        jac.append(tuple(stack(r).reshape(*out.shape, *x.shape) for r, x in zip(rows, inputs)))
+        jac.append(tuple(Stack.stack(r).reshape(*out.shape, *x.shape) for r, x in zip(rows, inputs)))
     return tuple(jac)
 
 
@@ -214,7 +207,6 @@ def _jacrev_vectorized(outputs, inputs, create_graph, strict):
     """One backward pass for all output elements: forward mode over it, the cotangents u = 0 carrying the basis
     vectors as B = (elements of the outputs) tangents. The gradient is linear in u, so its tangent is J^T e_k for
     every k: the rows of J. create_graph=True always, so the backward runs on Tensors and carries the tangents."""
-    from gpugrad.creation import zeros, zeros_like
 
     with fwd.dual_level():
         us = tuple(fwd.make_batched_dual(zeros_like(o), b) for o, b in zip(outputs, _basis(outputs)))
@@ -235,8 +227,6 @@ def _jacrev_vectorized(outputs, inputs, create_graph, strict):
 
 def _jacfwd(func, inputs):
     """One forward pass whose tangents are the basis of all input elements: B = n directions at once."""
-    from gpugrad.creation import zeros
-
     is_in, inputs = _as_tuple(inputs, "inputs", "jacobian")
     inputs = tuple(x.detach() for x in inputs)  # no create_graph here: the tangents take the fast array path
     with fwd.dual_level():
@@ -303,7 +293,6 @@ def vhp(func, inputs, v=None, create_graph=False, strict=False):
 def hvp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), H v): reverse over forward. One forward pass carrying v gives <grad f, v> as the tangent of f
     (recorded, since the inputs require grad); one backward of it gives H v."""
-    from gpugrad.creation import ones_like
 
     with enable_grad():
         is_in, inputs = _as_tuple(inputs, "inputs", "hvp")

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpugrad._tensor import Tensor
+from gpugrad.core.backprop import grad
+
 
 class GradcheckError(RuntimeError):
     pass
 
 
 def _outputs(fn, inputs):
-    from gpugrad._tensor import Tensor
 
     out = fn(*inputs)
     return (out,) if isinstance(out, Tensor) else tuple(out)
@@ -28,8 +30,6 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, fast_mode=False, seed=
     ``<u, J v>`` for random directions u, v (HIPS' check_vjp).  Returns True, or raises GradcheckError naming
     the input, the element and both values (or returns False with ``raise_exception=False``).
     """
-    from gpugrad.autograd import grad
-    from gpugrad._tensor import Tensor
 
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     diff = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]

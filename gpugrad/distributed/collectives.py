@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-from gpugrad.autograd import function as _function
+from gpugrad.core import views as _views
 from gpugrad.backend import on
 from gpugrad.distributed.group import get_group
 
@@ -56,7 +56,7 @@ def _op(op):
 
 def _written(tensor):
     """Declare an in-place write into ``tensor`` (before it starts, as torch bumps the version at the call)."""
-    _function.before_write(tensor)
+    _views.before_write(tensor)
     tensor._version_counter[0] += 1
 
 

@@ -6,8 +6,8 @@ from math import prod as _prod
 
 import numpy as np
 
-from gpugrad.autograd.grad_mode import no_grad
 from gpugrad.backend import deferred, on
+from gpugrad.core.grad_mode import no_grad
 from gpugrad.functional import where as _where
 from gpugrad.ops.activation import POINTWISE_OPS, BiasAct, Dropout
 from gpugrad.ops.declarations import ACTIVATIONS
@@ -16,7 +16,9 @@ from gpugrad.ops.loss import (BinaryCrossEntropy, BinaryCrossEntropyWithLogits, 
 from gpugrad.ops.matmul import Linear
 from gpugrad.ops.norm import Embedding as _Embedding, LayerNorm as _LayerNorm
 from gpugrad.random import generator
-from gpugrad._tensor import Tensor, _index_array
+from gpugrad._tensor import Tensor
+from gpugrad.core.args import index_array as _index_array, with_dtype
+from gpugrad.core.tensor import as_operand
 
 
 def _activation(name):
@@ -48,11 +50,11 @@ def _softmax_dim(input, dim, op):
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None, *, axis=None):
     """e^(x - max) / Σ e^(x - max) along ``dim`` (``axis`` an alias); ``dtype`` casts the input first."""
-    return input._cast(dtype).softmax(_softmax_dim(input, dim if axis is None else axis, "softmax"))
+    return with_dtype(input, dtype).softmax(_softmax_dim(input, dim if axis is None else axis, "softmax"))
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None, *, axis=None):
-    return input._cast(dtype).log_softmax(_softmax_dim(input, dim if axis is None else axis, "log_softmax"))
+    return with_dtype(input, dtype).log_softmax(_softmax_dim(input, dim if axis is None else axis, "log_softmax"))
 
 
 def logsumexp(x, axis=-1, keepdims=False):
@@ -122,8 +124,8 @@ def _same_shape(input, target, op, error=None):
 
 def _pointwise_loss(op, input, target, reduction, weight=None, **params):
     """One loss op over input and target (a number or array target becomes a Tensor); weights as constants."""
-    w = None if weight is None else (weight if isinstance(weight, Tensor) else input._other(weight)).detach()._data
-    return op.apply(input, input._other(target), reduction=reduction, weight=w, **params)
+    w = None if weight is None else (weight if isinstance(weight, Tensor) else as_operand(weight, input)).detach()._data
+    return op.apply(input, as_operand(target, input), reduction=reduction, weight=w, **params)
 
 
 def _class_weight(weight, input, classes, op):
@@ -234,7 +236,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     reduction = _reduction(reduction, size_average, reduce)
     if tuple(getattr(target, "shape", ())) != tuple(input.shape):
         raise ValueError(f"Target size ({target.shape}) must be the same as input size ({input.shape})")
-    pos_weight = None if pos_weight is None else input._other(pos_weight).detach()._data
+    pos_weight = None if pos_weight is None else as_operand(pos_weight, input).detach()._data
     return _pointwise_loss(BinaryCrossEntropyWithLogits, input, target, reduction, weight, pos_weight=pos_weight)
 
 
@@ -285,7 +287,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     if log_target:
         loss = target.exp() * (target - input)
     else:  # xlogy(t, t): t log t, 0 at t = 0 (log of 1 there, so no 0 * -inf, and no NaN gradient either)
-        t = target if isinstance(target, Tensor) else input._other(target)
+        t = target if isinstance(target, Tensor) else as_operand(target, input)
         loss = t * (_where(t._data > 0, t, 1.0).log() - input)
     if reduction == "batchmean":
         return loss.sum() / input.shape[0] if input.ndim else loss.sum()

@@ -12,9 +12,9 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 
-from gpugrad.autograd import tensor_xp
-from gpugrad.autograd.function import AccumulateGrad, Node
-from gpugrad.autograd.grad_mode import STATE
+from gpugrad.core import tensor_xp
+from gpugrad.core.node import AccumulateGrad, Node
+from gpugrad.core.grad_mode import STATE
 from gpugrad._tensor import Tensor
 
 KINDS = ("forward_pre", "forward", "backward", "backward_pre")

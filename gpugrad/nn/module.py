@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gpugrad.autograd import trace as _trace
+from gpugrad.core import trace as _trace
 from gpugrad.nn import hooks as _hooks
 from gpugrad.backend import backend_of, get_backend, on
 from gpugrad.dtypes import is_dtype, to_np

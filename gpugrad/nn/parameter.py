@@ -1,8 +1,11 @@
 """``Parameter``: a leaf Tensor that a Module registers as one of its trainable weights."""
 from __future__ import annotations
 
-from gpugrad.backend import backend_of
+import numpy as np
+
 from gpugrad._tensor import Tensor
+from gpugrad.backend import backend_of
+from gpugrad.core.tensor import init, make
 
 
 class Parameter(Tensor):
@@ -20,8 +23,6 @@ class Parameter(Tensor):
 
     def __init__(self, data=None, requires_grad=True):
         if data is None:
-            import numpy as np
-
             data = np.empty((0,), np.float32)
         if isinstance(data, Tensor):
             array, be = data._data, data._backend
@@ -31,14 +32,16 @@ class Parameter(Tensor):
             except TypeError:
                 Tensor.__init__(self, data)  # lists, scalars: convert (a fresh buffer)
                 array, be = self._data, self._backend
-        self._init(array, be, requires_grad)
+        init(self, array, be)
+        if requires_grad:
+            self.requires_grad_(True)
 
     def __deepcopy__(self, memo):
         # NOTE: Tensor has no pickling support (its backend holds the array module), so copy.deepcopy(model)
         # needs this: fresh buffers, same device, dtype, requires_grad and gradient values.
         new = Parameter(self._data.copy(), self._requires_grad)
         if self._grad is not None:
-            new._grad = Tensor._wrap(self._grad._data.copy(), self._backend)
+            new._grad = make(self._grad._data.copy(), self._backend)
         memo[id(self)] = new
         return new
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 
-from gpugrad.autograd.grad_mode import no_grad
+from gpugrad.core.grad_mode import no_grad
 from gpugrad._tensor import Tensor
+from gpugrad.ops.movement import Cat, Stack
 
 
 def _params(parameters):
@@ -21,8 +22,6 @@ def _norm(t, p):
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """Scale every gradient in place by min(1, max_norm / (total + 1e-6)), total the ``norm_type`` norm of all of
     them together (the norm of the per-gradient norms); returns total (a 0-d tensor)."""
-    from gpugrad.functional import stack
-
     grads = [p.grad for p in _params(parameters) if p.grad is not None]
     p = float(norm_type)
     with no_grad():
@@ -30,7 +29,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             from gpugrad.creation import tensor
 
             return tensor(0.0)
-        total = _norm(stack([_norm(g, p) for g in grads]), p)
+        total = _norm(Stack.stack([_norm(g, p) for g in grads]), p)
         if error_if_nonfinite and not math.isfinite(float(total)):
             raise RuntimeError(f"The total norm of order {p} for gradients from `parameters` is non-finite, so it "
                                "cannot be clipped. To disable this error and scale the gradients by the non-finite "
@@ -51,9 +50,7 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
 
 def parameters_to_vector(parameters):
     """One 1-D tensor of every parameter, flattened and concatenated in order."""
-    from gpugrad.functional import cat
-
-    return cat([p.reshape(-1) for p in parameters])
+    return Cat.cat([p.reshape(-1) for p in parameters])
 
 
 def vector_to_parameters(vec, parameters):

@@ -1,19 +1,7 @@
-"""The op registry: every differentiable op class, by name.  ``tests/op_cases.py`` must have a case for each."""
-from __future__ import annotations
+"""The ops, one module per family (arith, reduce, movement, ...), each an ``Op`` class registered by name.
 
-REGISTRY: dict[str, type] = {}
-
-
-def register(name: str):
-    def deco(cls):
-        if name in REGISTRY:
-            raise ValueError(f"op {name!r} registered twice")
-        REGISTRY[name] = cls
-        cls.op_name = name
-        return cls
-
-    return deco
-
-
-from gpugrad.ops import activation, arith, convert, loss, matmul, movement, norm, reduce, softmax  # noqa: E402,F401
-from gpugrad.ops import linalg, rounding, scan, scatter  # noqa: E402,F401
+This package's namespace stays empty on purpose: the backend reads ``ops/declarations.py`` (the pointwise ops'
+table) without loading the ops. ``gpugrad/ops/catalog.py`` imports every family, so every op is registered once
+``gpugrad`` is imported; ``REGISTRY`` (``core/registry.py``) maps names to op classes.
+"""
+from gpugrad.core.registry import REGISTRY  # noqa: F401

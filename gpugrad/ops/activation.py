@@ -2,9 +2,9 @@
 (``backend/reference.py``) and the kernel itself on CUDA (``backend/kernels.py``): same names, same contract."""
 from __future__ import annotations
 
-from gpugrad.autograd import tensor_xp
 from gpugrad.backend import reference as R
-from gpugrad.ops import register
+from gpugrad.core import tensor_xp
+from gpugrad.core.registry import composite, register
 from gpugrad.ops.declarations import POINTWISE
 from gpugrad.ops.kernel_op import KernelOp
 
@@ -19,13 +19,16 @@ class PointwiseOp(KernelOp):
 
     @classmethod
     def make(cls, decl):
-        op = type(decl.camel, (cls,), {"decl": decl, "__doc__": f"{decl.name}: see ops/declarations.py.",
-                                       "__module__": __name__,
-                                       "formula": f"gx = gy * {decl.name}'(x), from the saved {decl.saves}",
-                                       # as torch: integers go through exp, sin, ... as the default float dtype
-                                       "promotes": not decl.ints and "float",
-                                       **({"node_name": decl.node} if decl.node else {})})
-        return register(decl.name)(op)
+        body = {"decl": decl, "__doc__": f"{decl.name}: see ops/declarations.py.", "__module__": __name__,
+                "formula": f"gx = gy * {decl.name}'(x), from the saved {decl.saves}",
+                # as torch: integers go through exp, sin, ... as the default float dtype
+                "promotes": not decl.ints and "float"}
+        if decl.node:
+            body["node_name"] = decl.node
+        op = type(decl.camel, (cls,), body)
+        if decl.frontend:
+            setattr(op, decl.name, staticmethod(_frontend(op, decl)))
+        return register(decl.name, method=decl.frontend, function=decl.top and decl.frontend, inplace=decl.frontend)(op)
 
     def _args(self):
         return tuple(getattr(self, p, d) for p, d in self.decl.params)
@@ -60,7 +63,32 @@ class PointwiseOp(KernelOp):
         return self._df(impl, xp, s, t)
 
 
+def _frontend(op, decl):
+    """``f(input, *params)`` for a declared pointwise op, with the declaration's parameter names and defaults, as
+    in torch."""
+    names = [p for p, _ in decl.params]
+
+    def f(input, *args, **kwargs):
+        if len(args) > len(names) or set(kwargs) - set(names):
+            raise TypeError(f"{decl.name}() takes parameters {tuple(names)}, got {args} and {sorted(kwargs)}")
+        params = dict(decl.params)
+        params.update(zip(names, args))
+        params.update(kwargs)
+        return op.apply(input, **params)
+
+    f.__doc__ = f"{decl.name}({', '.join(f'{p}={d}' for p, d in decl.params)}): see gpugrad/ops/declarations.py"
+    return f
+
+
 POINTWISE_OPS = {name: PointwiseOp.make(d) for name, d in POINTWISE.items()}
+
+
+@composite("gelu", function=False, inplace=True)
+def gelu(input, approximate="none"):
+    """GELU as torch: the exact erf form (op gelu_erf) or approximate='tanh' (op gelu)."""
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError(f"gelu: approximate argument must be either none or tanh, got {approximate!r}")
+    return POINTWISE_OPS["gelu_erf" if approximate == "none" else "gelu"].apply(input)
 
 
 @register("bias_act")

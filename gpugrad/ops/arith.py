@@ -4,11 +4,12 @@ from __future__ import annotations
 import math
 import numbers
 
-from gpugrad.autograd.function import Op
-from gpugrad.ops import register
+from gpugrad.core.op import Op
+from gpugrad.core.registry import REGISTRY, register
+from gpugrad.core.tensor import TensorBase, as_operand
 
 
-@register("add")
+@register("add", inplace=True)
 class Add(Op):
     """y = a + b.  VJP: ga = gy, gb = gy."""
     promotes = True
@@ -20,8 +21,14 @@ class Add(Op):
     def backward(self, xp, gy):
         return gy, gy
 
+    @staticmethod
+    def add(input, other, *, alpha=1):
+        """input + alpha * other."""
+        other = as_operand(other, input)
+        return Add.apply(input, other * alpha if alpha != 1 else other)
 
-@register("sub")
+
+@register("sub", inplace=True)
 class Sub(Op):
     """y = a - b.  VJP: ga = gy, gb = -gy."""
     promotes = True
@@ -33,8 +40,14 @@ class Sub(Op):
     def backward(self, xp, gy):
         return gy, (-gy if self.needs_input_grad[1] else None)
 
+    @staticmethod
+    def sub(input, other, *, alpha=1):
+        """input - alpha * other."""
+        other = as_operand(other, input)
+        return Sub.apply(input, other * alpha if alpha != 1 else other)
 
-@register("mul")
+
+@register("mul", inplace=True)
 class Mul(Op):
     """y = a * b.  VJP: ga = gy * b, gb = gy * a (each saved only if the other side needs it)."""
     promotes = True
@@ -50,8 +63,12 @@ class Mul(Op):
         b, a = self.saved
         return (gy * b if b is not None else None), (gy * a if a is not None else None)
 
+    @staticmethod
+    def mul(input, other):
+        return Mul.apply(input, as_operand(other, input))
 
-@register("div")
+
+@register("div", inplace=True)
 class Div(Op):
     """y = a / b.  VJP: ga = gy / b, gb = -gy * (a / b) / b.
 
@@ -74,8 +91,19 @@ class Div(Op):
         gb = -gy * (a / b) / b if self.needs_input_grad[1] else None
         return ga, gb
 
+    @staticmethod
+    def div(input, other, *, rounding_mode=None):
+        """input / other; ``rounding_mode`` "trunc" or "floor" rounds the quotient (then no gradient)."""
+        if rounding_mode not in (None, "trunc", "floor"):
+            raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                               f"{rounding_mode!r}")
+        other = as_operand(other, input)
+        if rounding_mode is None:
+            return Div.apply(input, other)
+        return REGISTRY["rounding_div"].apply(input, other, mode=rounding_mode)
 
-@register("neg")
+
+@register("neg", inplace=True)
 class Neg(Op):
     """y = -x.  VJP: gx = -gy."""
     double_backward = linear = batched_jvp = True
@@ -86,8 +114,12 @@ class Neg(Op):
     def backward(self, xp, gy):
         return -gy
 
+    @staticmethod
+    def neg(input):
+        return Neg.apply(input)
 
-@register("pow")
+
+@register("pow", inplace=True, number_input=True)
 class Pow(Op):
     """y = a ** b.  VJP (torch's pow_backward): ga = gy * b * a**(b-1), 0 where b == 0 (even at a == 0);
     gb = gy * y * log(a), 0 where a == 0 and b >= 0, NaN where a < 0 (the log of a negative number)."""
@@ -116,6 +148,14 @@ class Pow(Op):
                 gb = gy * xp.where((a == 0) & (b >= 0), 0, y * xp.log(a))
         return ga, gb
 
+    @staticmethod
+    def pow(input, exponent):
+        """input ** exponent; ``torch.pow(2, x)`` takes a Python number as the base."""
+        if not isinstance(input, TensorBase):
+            return Pow.apply(as_operand(input, exponent), exponent)
+        return Pow.apply(input, as_operand(exponent, input))
+
+
 
 @register("maximum")
 class Maximum(Op):
@@ -130,6 +170,10 @@ class Maximum(Op):
     def backward(self, xp, gy):
         a, b = self.saved
         return _split(xp, gy, a < b, a > b, a == b)
+
+    @staticmethod
+    def maximum(input, other):
+        return Maximum.apply(input, as_operand(other, input))
 
 
 @register("minimum")
@@ -146,6 +190,10 @@ class Minimum(Op):
         a, b = self.saved
         return _split(xp, gy, a > b, a < b, a == b)
 
+    @staticmethod
+    def minimum(input, other):
+        return Minimum.apply(input, as_operand(other, input))
+
 
 def _split(xp, gy, a_loses, b_loses, tie):
     """As torch: gy (half of it on ties) goes to each side but the loser, so where a comparison with NaN is false
@@ -154,7 +202,7 @@ def _split(xp, gy, a_loses, b_loses, tie):
     return xp.where(a_loses, 0, g), xp.where(b_loses, 0, g)
 
 
-@register("where")
+@register("where", method=False, function=False)  # where(condition, input, other): functional.where
 class Where(Op):
     """y = cond ? a : b (cond is a non-differentiable keyword).  VJP: ga = gy where cond, gb = gy elsewhere."""
     promotes = True
@@ -168,7 +216,7 @@ class Where(Op):
         return xp.where(cond, gy, 0), xp.where(cond, 0, gy)
 
 
-@register("abs")
+@register("abs", inplace=True)
 class Abs(Op):
     """y = |x|.  VJP: gx = gy * sign(x); subgradient 0 at x == 0, as torch."""
     double_backward = elementwise = batched_jvp = True
@@ -184,8 +232,12 @@ class Abs(Op):
     def backward_graph(self, xp, gy):  # torch's formula: the result depends on x (derivative 0), so requires grad
         return gy * xp.sign(self.saved[0])
 
+    @staticmethod
+    def abs(input):
+        return Abs.apply(input)
 
-@register("clamp")
+
+@register("clamp", inplace=True)
 class Clamp(Op):
     """y = min(max(x, lo), hi).  VJP: gx = gy inside [lo, hi] (boundaries included, as torch), else 0."""
     double_backward = elementwise = batched_jvp = True
@@ -202,3 +254,13 @@ class Clamp(Op):
         if self.hi is not None:
             inside = (x <= self.hi) if inside is True else inside & (x <= self.hi)
         return xp.where(inside, gy, 0)
+
+    @staticmethod
+    def clamp(input, min=None, max=None):
+        """min(max(x, min), max); a Tensor bound gets the gradient where it binds (x beyond it), as in torch."""
+        if min is None and max is None:
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        if not isinstance(min, TensorBase) and not isinstance(max, TensorBase):
+            return Clamp.apply(input, lo=min, hi=max)
+        x = input if min is None else Where.apply(as_operand(min, input), input, cond=(input < min)._data)
+        return x if max is None else Where.apply(as_operand(max, input), x, cond=(x > max)._data)

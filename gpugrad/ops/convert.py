@@ -1,9 +1,10 @@
 """Ops that move data between dtypes, devices and buffers."""
 from __future__ import annotations
 
-from gpugrad.autograd.function import Op
 from gpugrad.backend import CPU
-from gpugrad.ops import register
+from gpugrad.core.op import Op
+from gpugrad.core.registry import register
+from gpugrad.core.views import OVERLAP, overlaps
 
 
 @register("cast")
@@ -44,7 +45,6 @@ class Copy(Op):
     VJP: gx = gy.  CloneBackward0 as in torch."""
     linear = batched_jvp = True  # no axes: B tangents at once as they are
     double_backward = True
-    node_name = "CloneBackward0"
     order = "K"
 
     def forward(self, xp, x):
@@ -52,6 +52,11 @@ class Copy(Op):
 
     def backward(self, xp, gy):
         return gy
+
+    @staticmethod
+    def clone(input, *, memory_format=None):
+        """A copy in fresh memory that stays in the graph (CloneBackward0)."""
+        return Copy.apply(input)
 
 
 @register("index_place")
@@ -67,15 +72,6 @@ class IndexPlace(Op):
 
     def backward(self, xp, gy):
         return gy[self.key]
-
-
-OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
-           "Please clone() the tensor before performing the operation.")
-
-
-def overlaps(array):
-    """Whether elements of ``array`` share memory (a stride 0 along an axis of more than one element: an expand)."""
-    return array.size > 1 and any(st == 0 and n > 1 for st, n in zip(array.strides, array.shape))
 
 
 @register("as_view")

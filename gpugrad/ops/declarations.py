@@ -28,7 +28,8 @@ class Pointwise:
     kernel: bool = True  # a pw:: struct in kernels/elementwise.cu
     functional: bool = False  # also gpugrad.nn.functional.<name> (torch has it there)
     top: bool = True  # also gpugrad.<name> (torch has torch.<name>)
-    node: str | None = None  # grad_fn name when torch's is not <CamelName>Backward0
+    node: str | None = None  # grad_fn name when torch's is not the registry's rule (core/registry.py node_name)
+    frontend: bool = True  # Tensor.<name>, <name>_ (and gpugrad.<name> if top); False: a composite gives them
     ints: bool = False  # integer inputs stay integers (relu, floor), not promoted to the default float dtype
     f: Callable | None = None  # kernel-less ops: f(xp, x, *params)
     df: Callable | None = None  # kernel-less ops: df(xp, saved, g, *params) = g * f'(x)
@@ -48,7 +49,7 @@ _INTS, _HALVES = (-2.0, -1.0, 0.0, 1.0, 2.0), (-2.5, -1.5, -0.5, 0.5, 1.5, 2.5) 
 POINTWISE = {d.name: d for d in (
     Pointwise("relu", "y", kinks=(0.0,), functional=True, ints=True),
     # gelu is torch's approximate='tanh', gelu_erf its default (exact) form: Tensor.gelu / F.gelu pick by approximate=
-    Pointwise("gelu", "x", low=-5.0, high=5.0, top=False),
+    Pointwise("gelu", "x", low=-5.0, high=5.0, top=False, frontend=False),
     Pointwise("gelu_erf", "x", low=-5.0, high=5.0, top=False, node="GeluBackward0"),
     Pointwise("erf", "x"),
     Pointwise("sigmoid", "y", low=-8.0, high=8.0, functional=True),
@@ -69,7 +70,8 @@ POINTWISE = {d.name: d for d in (
               df=lambda xp, y, g: g / (y * 2)),
     # rounding and sign: piecewise constant, f' = 0 away from the jumps (integer inputs stay integers, as in torch)
     *(Pointwise(n, "x", low=-2.5, high=2.5, kinks=k, kernel=False, df=lambda xp, x, g: xp.zeros_like(g), ints=True,
-                f=lambda xp, x, n=n: getattr(xp, n)(x) if x.dtype.kind == "f" else x.copy())
+                f=lambda xp, x, n=n: getattr(xp, n)(x) if x.dtype.kind == "f" else x.copy(),
+                frontend=n != "round")  # round(decimals=) is a composition (functional.py)
       for n, k in (("floor", _INTS), ("ceil", _INTS), ("trunc", _INTS), ("round", _HALVES), ("sign", (0.0,)))),
     Pointwise("frac", "x", low=-2.5, high=2.5, kinks=_INTS, kernel=False, f=lambda xp, x: x - xp.trunc(x),
               df=lambda xp, x, g: g),

@@ -1,7 +1,7 @@
 """Ops whose math is a kernel pair from ``kernels/``."""
 from __future__ import annotations
 
-from gpugrad.autograd.function import Op
+from gpugrad.core.op import Op
 from gpugrad.backend import kernels as K
 from gpugrad.backend import reference as R
 
@@ -25,7 +25,7 @@ class KernelOp(Op):
     def backward_cuda(self, xp, gy):
         return self._bwd(K, xp, gy)
 
-    def jvp(self, xp, ins, out, ts):  # on the CPU, or on Tensors (xp = autograd.tensor_xp): the references
+    def jvp(self, xp, ins, out, ts):  # on the CPU, or on Tensors (xp = core.tensor_xp): the references
         return self._jvp(R, xp, ins, out, ts)
 
     def jvp_cuda(self, xp, ins, out, ts):

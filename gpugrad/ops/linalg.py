@@ -1,14 +1,18 @@
 """Einstein summation and vector norms."""
 from __future__ import annotations
 
+import builtins
 import math
+from collections import Counter
 
-from gpugrad.autograd.function import Op
-from gpugrad.ops import register
+from gpugrad.core.args import dims, with_dtype
+from gpugrad.core.op import Op
+from gpugrad.core.registry import register
+from gpugrad.core.tensor import TensorBase
 from gpugrad.ops.reduce import _keep, _Reduce
 
 
-@register("einsum")
+@register("einsum", method=False, function=True)
 class Einsum(Op):
     """y = einsum(equation, *xs) for an explicit equation of letters ("ij,jk->ik": no "...", operands' sizes equal;
     ``gpugrad.einsum`` rewrites torch's forms into it).
@@ -55,11 +59,49 @@ class Einsum(Op):
                  for i, t in enumerate(ts) if t is not None]
         return sum(parts[1:], parts[0])
 
+    @staticmethod
+    def einsum(equation, *operands):
+        """Einstein summation as torch's: "ij,jk->ik", implicit outputs ("ij,jk"), "..." for broadcast dims,
+        operands given one by one or as a list; size-1 dims broadcast.  One differentiable op."""
+        operands = tuple(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
+        if not all(isinstance(x, TensorBase) for x in operands):
+            raise TypeError(f"einsum(): operands must be Tensors, got {[type(x).__name__ for x in operands]}")
+        eq = equation.replace(" ", "")
+        lhs, arrow, out = eq.partition("->")
+        subs = lhs.split(",")
+        if len(subs) != len(operands):
+            raise RuntimeError(f"einsum(): {'more' if len(operands) > len(subs) else 'fewer'} operands were provided "
+                               f"than specified in the equation {equation!r}")
+        free = iter(sorted(set(_LETTERS) - set(eq)))
+        ell = max([x.ndim - len(s) + 3 for s, x in zip(subs, operands) if "..." in s], default=0)
+        dots = "".join(next(free) for _ in range(ell))
+        for i, (s, x) in enumerate(zip(subs, operands)):
+            subs[i] = s.replace("...", dots[ell - (x.ndim - len(s) + 3):] if x.ndim - len(s) + 3 > 0 else "")
+            if len(subs[i]) != x.ndim or not subs[i].isalpha():
+                raise RuntimeError(f"einsum(): the subscripts {s!r} of operand {i} do not match its {x.ndim} "
+                                   f"dimensions (shape {tuple(x.shape)}) in {equation!r}")
+        counts = Counter("".join(subs))
+        out = out.replace("...", dots) if arrow else dots + "".join(sorted(c for c in counts if counts[c] == 1
+                                                                           and c not in dots))
+        if any(c not in counts for c in out) or len(set(out)) != len(out):
+            raise RuntimeError(f"einsum(): the output subscripts {out!r} must be distinct and appear in an input, in "
+                               f"{equation!r}")
+        size = {}
+        for s, x in zip(subs, operands):
+            for c, n in zip(s, x.shape):
+                if size.get(c, 1) not in (1, n) and n != 1:
+                    raise RuntimeError(f"einsum(): subscript {c} has size {n} for an operand of shape "
+                                       f"{tuple(x.shape)}, which does not broadcast with {size[c]}, in {equation!r}")
+                size[c] = n if size.get(c, 1) == 1 else size[c]
+        operands = [x if all(size[c] == n for c, n in zip(s, x.shape)) else x.expand([size[c] for c in s])
+                    for s, x in zip(subs, operands)]
+        return Einsum.apply(*operands, equation=",".join(subs) + "->" + out)
+
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-@register("norm")
+@register("norm", node="LinalgVectorNormBackward0")
 class LinalgVectorNorm(_Reduce):
     """y = (Σ |x|^p)^(1/p) over axes (p = ``ord``: inf is max |x|, -inf min |x|, 0 the count of non-zeros).
 
@@ -105,3 +147,18 @@ class LinalgVectorNorm(_Reduce):
 
     def jvp(self, xp, ins, out, ts):
         return xp.sum(self._d(xp, ins[0], out) * ts[0], axis=self.axes, keepdims=self.keepdims)
+
+    @staticmethod
+    def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+        """The vector p-norm over all elements or ``dim`` (an int or a tuple): p = "fro" or 2, 1, inf, -inf, 0, any
+        number (torch.linalg.vector_norm's gradients: 0 where the norm is 0)."""
+        if p is None or p == "fro":
+            p = 2
+        if isinstance(p, str):
+            raise ValueError(f"norm: p={p!r} is a matrix norm that needs an SVD, which gpugrad does not have; use "
+                             "p='fro' or a number")
+        x = with_dtype(input, dtype)
+        if x._data.dtype.kind not in "fc":
+            raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+                               f"{x.dtype}; call .float() first")
+        return LinalgVectorNorm.apply(x, ord=builtins.float(p), **dims(dim, keepdim, {}, "norm"))

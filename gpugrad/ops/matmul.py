@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import math
 
-from gpugrad.autograd.function import Op
-from gpugrad.ops import register
+from gpugrad.core.op import Op
+from gpugrad.core.registry import register
+from gpugrad.core.tensor import as_operand
 from gpugrad.ops.kernel_op import KernelOp
 
 
@@ -64,6 +65,10 @@ class Matmul(Op):
             else:
                 db = xp.matmul(a, tb)
         return db if da is None else da if db is None else da + db
+
+    @staticmethod
+    def matmul(input, other):
+        return Matmul.apply(input, as_operand(other, input))
 
 
 def _torch_copies(a, b, ra, rb):

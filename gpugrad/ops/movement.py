@@ -1,10 +1,12 @@
 """Shape and indexing ops.  Views where the backend gives views; VJPs undo the movement."""
 from __future__ import annotations
 
-from gpugrad.autograd.function import Op
 from gpugrad.backend import deferred
-from gpugrad.ops import register
-from gpugrad.ops.reduce import canonical_axis
+from gpugrad.core.args import basic_key, canonical_axis, dims, index_array, sizes
+from gpugrad.core.op import Op
+from gpugrad.core.registry import register
+from gpugrad.core.tensor import TensorBase, new
+from gpugrad.core.views import mark_view, shares_memory, writable_broadcast
 
 
 @register("reshape")
@@ -28,6 +30,15 @@ class Reshape(Op):
     def jvp_batched(self, ts, out, batch):
         return ts[0].reshape((batch, *out.shape))
 
+    @staticmethod
+    def reshape(input, *shape):
+        """The same elements in a new shape: a view when the strides allow it (it shares memory), else a copy."""
+        out = Reshape.apply(input, shape=sizes(shape))
+        if not shares_memory(out, input):  # reshaping a non-contiguous tensor copies: that is no view
+            return out
+        new_shape = out.shape
+        return mark_view(out, input, lambda a: a.reshape(new_shape))
+
 
 @register("permute")
 class Permute(Op):
@@ -50,8 +61,16 @@ class Permute(Op):
     def jvp_batched(self, ts, out, batch):
         return ts[0].permute((0, *(a + 1 for a in self.axes)))
 
+    @staticmethod
+    def permute(input, *dims):
+        """A view with the axes in the order ``dims``."""
+        axes = sizes(dims)
+        out = Permute.apply(input, axes=axes)
+        normalized = tuple(a % max(input.ndim, 1) for a in axes)
+        return mark_view(out, input, lambda a: a.transpose(normalized))
 
-@register("expand")
+
+@register("expand", function=False)
 class Expand(Op):
     """y = x broadcast to ``shape`` (a view).  VJP: gy itself: the engine sums it back to x's shape."""
     linear = True
@@ -81,6 +100,14 @@ class Expand(Op):
         lead = out.ndim - (t.ndim - 1)  # the new leading axes go after the batch axis
         return t.reshape((batch, *(1,) * lead, *t.shape[1:])).expand((batch, *out.shape))
 
+    @staticmethod
+    def expand(input, *shape):
+        """A view broadcast to ``shape`` (-1 keeps a size); writable where no element repeats, as torch's."""
+        out = Expand.apply(input, shape=sizes(shape))
+        new_shape, xp = out.shape, input._backend.xp
+        out._data = writable_broadcast(xp, input._data, new_shape)
+        return mark_view(out, input, lambda a: writable_broadcast(xp, a, new_shape))
+
 
 @register("squeeze")
 class Squeeze(Op):
@@ -104,6 +131,10 @@ class Squeeze(Op):
 
     jvp_batched = Reshape.jvp_batched
 
+    @staticmethod
+    def squeeze(input, dim=None, **kw):
+        return _reshaped_view(Squeeze.apply(input, axis=dims(dim, False, kw, "squeeze")["axis"]), input)
+
 
 @register("unsqueeze")
 class Unsqueeze(Op):
@@ -120,8 +151,17 @@ class Unsqueeze(Op):
 
     jvp_batched = Reshape.jvp_batched
 
+    @staticmethod
+    def unsqueeze(input, dim=None, **kw):
+        return _reshaped_view(Unsqueeze.apply(input, axis=dims(dim, False, kw, "unsqueeze")["axis"]), input)
 
-@register("index")
+
+def _reshaped_view(out, input):
+    shape = out.shape
+    return mark_view(out, input, lambda a: a.reshape(shape))
+
+
+@register("index", method=False)  # Tensor.__getitem__ (methods/movement.py)
 class Index(Op):
     """y = x[key] (slices, integers, integer arrays, boolean masks).
 
@@ -132,27 +172,22 @@ class Index(Op):
 
     def forward(self, xp, x):
         self.in_shape = x.shape
-        if _is_basic(self.key):
+        if basic_key(self.key):
             self._name = "SliceBackward0" if self.lone_slice else _basic_name(self.key, x.shape)
         return x[self.key]
 
     def backward(self, xp, gy):
         gx = xp.zeros(self.in_shape, dtype=gy.dtype)
-        if _is_basic(self.key):
+        if basic_key(self.key):
             gx[self.key] = gy  # a basic index never repeats an element: plain assignment is exact
         else:
             xp.add.at(gx, self.key, gy)
         return gx
 
     def jvp_batched(self, ts, out, batch):  # a basic key indexes the same way behind a leading batch axis
-        if not _is_basic(self.key):
+        if not basic_key(self.key):
             return None
         return ts[0][(slice(None),) + (self.key if isinstance(self.key, tuple) else (self.key,))]
-
-
-def _is_basic(key):
-    keys = key if isinstance(key, tuple) else (key,)
-    return all(k is None or k is Ellipsis or isinstance(k, (int, slice)) for k in keys)
 
 
 def _basic_name(key, shape):
@@ -175,7 +210,21 @@ def _basic_name(key, shape):
     return name
 
 
-@register("cat")
+def tensors_of(xs, op):
+    """A sequence argument (cat, stack) as Tensors: other array-likes join as tensors on the first one's device."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError(f"{op}: expected a non-empty sequence of tensors")
+    device = xs[0].device if isinstance(xs[0], TensorBase) else None
+    return [x if isinstance(x, TensorBase) else new(x, device=device) for x in xs]
+
+
+def _dim0(dim, axis, op):
+    d = dims(dim, False, {} if axis is None else {"axis": axis}, op)["axis"]
+    return 0 if d is None else d
+
+
+@register("cat", method=False, function=True)
 class Cat(Op):
     """y = concatenate(xs, axis).  VJP: gy split back into the inputs' extents."""
     linear = promotes = True
@@ -200,8 +249,13 @@ class Cat(Op):
             start += n
         return tuple(out)
 
+    @staticmethod
+    def cat(tensors, dim=None, *, axis=None):
+        """Concatenate along an existing dim (default 0).  NumPy's ``axis=`` is an alias of ``dim``."""
+        return Cat.apply(*tensors_of(tensors, "cat"), axis=_dim0(dim, axis, "cat"))
 
-@register("stack")
+
+@register("stack", method=False, function=True)
 class Stack(Op):
     """y = stack(xs, axis).  VJP: gx_i = gy taken at i along axis."""
     linear = promotes = True
@@ -217,6 +271,11 @@ class Stack(Op):
 
     def jvp_batched(self, ts, out, batch):
         return Stack.apply(*ts, axis=self.axis + 1)
+
+    @staticmethod
+    def stack(tensors, dim=None, *, axis=None):
+        """Stack along a new dim (default 0).  NumPy's ``axis=`` is an alias of ``dim``."""
+        return Stack.apply(*tensors_of(tensors, "stack"), axis=_dim0(dim, axis, "stack"))
 
 
 @register("gather")
@@ -264,3 +323,9 @@ class Gather(Op):
         gx = xp.zeros(self.in_shape or (1,), dtype=gy.dtype)
         xp.add.at(gx, tuple(full), gy.reshape(index.shape))
         return gx.reshape(self.in_shape)
+
+    @staticmethod
+    def gather(input, dim=None, index=None, **kw):
+        """torch.gather: ``out[i][j] = input[index[i][j]][j]`` for dim 0, and so on."""
+        idx = index_array(index, input, "gather")
+        return Gather.apply(input, index=idx, axis=dims(dim, False, kw, "gather")["axis"])

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from gpugrad.autograd import tensor_xp
-from gpugrad.autograd.function import Op
+from gpugrad.core import tensor_xp
+from gpugrad.core.op import Op
 from gpugrad.backend import deferred
-from gpugrad.ops import register
+from gpugrad.core.registry import register
 from gpugrad.ops.kernel_op import KernelOp
 
 

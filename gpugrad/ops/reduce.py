@@ -1,18 +1,9 @@
 """Reductions over an axis (or all axes).  VJPs put the reduced axes back (keepdims) and broadcast gy."""
 from __future__ import annotations
 
-from gpugrad.autograd.function import Op
-from gpugrad.ops import register
-
-
-def canonical_axis(axis, ndim, op, new=0):
-    """``axis`` in [0, n) from torch's range [-n, n), n = ndim + new (new axes, as unsqueeze adds).
-    A 0-d tensor takes 0 or -1, as in torch."""
-    n = max(ndim + new, 1)
-    if not -n <= axis < n:
-        raise IndexError(f"{op}: axis {axis} is out of range for a tensor with {ndim} dimensions "
-                         f"(expected one in [{-n}, {n - 1}])")
-    return axis % n
+from gpugrad.core.args import canonical_axis, dims, moment, with_dtype
+from gpugrad.core.op import Op
+from gpugrad.core.registry import composite, register
 
 
 def _axes(axis, ndim, op):
@@ -43,7 +34,7 @@ class _Reduce(Op):
         self.axes = _axes(self.axis, x.ndim, self.op_name)
         self.in_shape = x.shape
         full = self.axis is None
-        self._name = f"{type(self).__name__}Backward{self.full_suffix if full else self.axis_suffix}"
+        self._name = self.node_name[:-1] + (self.full_suffix if full else self.axis_suffix)
         return self.axes if x.ndim else None
 
 
@@ -61,6 +52,10 @@ class Sum(_Reduce):
 
     def jvp_batched(self, ts, out, batch):
         return type(self).apply(ts[0], axis=tuple(a + 1 for a in self.axes), keepdims=self.keepdims)
+
+    @staticmethod
+    def sum(input, dim=None, keepdim=False, *, dtype=None, **kw):
+        return Sum.apply(with_dtype(input, dtype), **dims(dim, keepdim, kw, "sum"))
 
 
 @register("mean")
@@ -83,6 +78,14 @@ class Mean(_Reduce):
     def backward(self, xp, gy):
         # max(count, 1): with nothing reduced, x (so gx) has no elements; gy / 0 would only warn
         return xp.broadcast_to(_keep(xp, gy, self.axes, self.keepdims) / max(self.count, 1), self.in_shape)
+
+    @staticmethod
+    def mean(input, dim=None, keepdim=False, *, dtype=None, **kw):
+        x = with_dtype(input, dtype)
+        if x._data.dtype.kind not in "fc":
+            raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                               f"complex dtype. Got: {x.dtype}; pass dtype= or call .float() first")
+        return Mean.apply(x, **dims(dim, keepdim, kw, "mean"))
 
 
 class _Extreme(_Reduce):
@@ -126,12 +129,24 @@ class _Extreme(_Reduce):
 
 @register("max")
 class Max(_Extreme):
+    """y = max of x over axes (torch's amax; ``max(dim)`` is a composition in functional.py)."""
     np_name = "amax"
 
 
 @register("min")
 class Min(_Extreme):
+    """y = min of x over axes (torch's amin)."""
     np_name = "amin"
+
+
+@composite("amax")
+def amax(input, dim=(), keepdim=False, **kw):
+    return Max.apply(input, **dims(dim, keepdim, kw, "amax"))
+
+
+@composite("amin")
+def amin(input, dim=(), keepdim=False, **kw):
+    return Min.apply(input, **dims(dim, keepdim, kw, "amin"))
 
 
 @register("median")
@@ -196,6 +211,10 @@ class Var(_Reduce):
             return g * xp.where(centered == 0, float("nan"), float("inf"))
         return g * centered * (2.0 / self.dof if self.dof else float("inf"))
 
+    @staticmethod
+    def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **kw):
+        return Var.apply(input, **moment(dim, unbiased, keepdim, correction, kw, "var"))
+
 
 @register("std")
 class Std(Var):
@@ -215,3 +234,7 @@ class Std(Var):
     def jvp(self, xp, ins, out, ts):  # d std = d var / (2 std), 0 where std == 0 (as the VJP)
         zero = out == 0
         return xp.where(zero, 0.0, super().jvp(xp, ins, out, ts) / xp.where(zero, 1.0, out + out))
+
+    @staticmethod
+    def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **kw):
+        return Std.apply(input, **moment(dim, unbiased, keepdim, correction, kw, "std"))

@@ -2,8 +2,9 @@
 dividend's sign).  Integers stay integers, as in torch."""
 from __future__ import annotations
 
-from gpugrad.autograd.function import Op
-from gpugrad.ops import register
+from gpugrad.core.op import Op
+from gpugrad.core.registry import composite, register
+from gpugrad.core.tensor import as_operand
 
 
 @register("rounding_div")
@@ -24,7 +25,13 @@ class RoundingDiv(Op):
         return tuple(xp.zeros_like(gy) if need else None for need in self.needs_input_grad)
 
 
-@register("remainder")
+@composite("floor_divide", inplace=True)
+def floor_divide(input, other):
+    """floor(input / other), as Python's // (integers stay integers)."""
+    return RoundingDiv.apply(input, as_operand(other, input), mode="floor")
+
+
+@register("remainder", inplace=True)
 class Remainder(Op):
     """y = a - floor(a / b) * b: the sign of b, as Python's %.  VJP: ga = gy, gb = -gy * floor(a / b)."""
     elementwise = double_backward = promotes = True
@@ -39,7 +46,15 @@ class Remainder(Op):
             return gy, None
         return gy, -gy * (a // b if self.op_name == "remainder" else xp.trunc(a / b))
 
+    @staticmethod
+    def remainder(input, other):
+        return Remainder.apply(input, as_operand(other, input))
 
-@register("fmod")
+
+@register("fmod", inplace=True)
 class Fmod(Remainder):
     """y = a - trunc(a / b) * b: the sign of a, as C's fmod.  VJP: ga = gy, gb = -gy * trunc(a / b)."""
+
+    @staticmethod
+    def fmod(input, other):
+        return Fmod.apply(input, as_operand(other, input))

@@ -1,10 +1,10 @@
 """Scans along one axis: cumulative sums and products (torch's cumsum, cumprod)."""
 from __future__ import annotations
 
-from gpugrad.autograd.function import Op
-from gpugrad.ops import register
+from gpugrad.core.args import canonical_axis, with_dtype
+from gpugrad.core.op import Op
+from gpugrad.core.registry import register
 from gpugrad.ops.arith import Where
-from gpugrad.ops.reduce import canonical_axis
 
 
 def _rcumsum(xp, g, axis):
@@ -19,7 +19,7 @@ class _Scan(Op):
         return getattr(xp, self.op_name)(x.reshape(x.shape or (1,)), axis=self.axis).reshape(x.shape)
 
 
-@register("cumsum")
+@register("cumsum", inplace=True)
 class Cumsum(_Scan):
     """y_i = Σ_{j <= i} x_j along ``axis``.  VJP: gx_i = Σ_{j >= i} gy_j (the reversed cumulative sum)."""
     linear = True
@@ -30,8 +30,12 @@ class Cumsum(_Scan):
     def jvp_batched(self, ts, out, batch):
         return Cumsum.apply(ts[0], axis=self.axis + 1) if out.ndim else ts[0]
 
+    @staticmethod
+    def cumsum(input, dim, *, dtype=None):
+        return Cumsum.apply(with_dtype(input, dtype), axis=dim)
 
-@register("cumprod")
+
+@register("cumprod", inplace=True)
 class Cumprod(_Scan):
     """y_i = Π_{j <= i} x_j along ``axis``, with zeros handled as torch's cumprod_backward does.
 
@@ -85,3 +89,7 @@ class Cumprod(_Scan):
         a = self.axis
         return xp.where(before, out * xp.cumsum(xp.where(before, t, 0) / xs, axis=a),
                         xp.cumsum(xp.where(first, t, 0), axis=a) * yp)
+
+    @staticmethod
+    def cumprod(input, dim, *, dtype=None):
+        return Cumprod.apply(with_dtype(input, dtype), axis=dim)

@@ -1,13 +1,14 @@
 """Scatter along a dim: the transpose of gather (torch's scatter, scatter_add and, through them, index_add)."""
 from __future__ import annotations
 
-from gpugrad.autograd.function import Op
 from gpugrad.backend import deferred
-from gpugrad.ops import register
-from gpugrad.ops.reduce import canonical_axis
+from gpugrad.core.args import canonical_axis, index_array
+from gpugrad.core.op import Op
+from gpugrad.core.registry import composite, register
+from gpugrad.core.tensor import as_operand
 
 
-@register("scatter")
+@register("scatter", inplace=True)
 class Scatter(Op):
     """y = x with src written (``reduce=None``) or added (``reduce="add"``) where index points along ``axis``:
     ``y[index[i][j]][j] = src[i][j]`` for axis 0 (src may be a number; only its first index.shape elements are read).
@@ -45,3 +46,27 @@ class Scatter(Op):
             gsrc = xp.zeros(self.src_shape, dtype=gy.dtype)
             gsrc[tuple(slice(0, n) for n in self.index.shape)] = gy[self.key]
         return gx, gsrc
+
+    @staticmethod
+    def scatter(input, dim, index, src=None, *, value=None, reduce=None):
+        """A copy with ``src`` (a tensor, or a number as ``value``) written where ``index`` points along ``dim``
+        (``reduce="add"``: added), as torch.scatter; the gradient flows to both."""
+        if reduce not in (None, "add"):
+            raise ValueError(f"scatter: reduce must be None or 'add', got {reduce!r}")
+        src = value if src is None else src
+        return Scatter.apply(input, as_operand(src, input), index=index_array(index, input, "scatter"), axis=dim,
+                             reduce=reduce)
+
+
+@composite("scatter_add", inplace=True)
+def scatter_add(input, dim, index, src):
+    return Scatter.scatter(input, dim, index, src, reduce="add")
+
+
+@composite("index_add", inplace=True)
+def index_add(input, dim, index, source, *, alpha=1):
+    """``input`` with ``alpha * source`` added at ``index`` (a vector) along ``dim``; repeated indices add up."""
+    d = canonical_axis(dim, input.ndim, "index_add")
+    idx = index_array(index, input, "index_add").reshape([-1 if e == d else 1 for e in range(source.ndim)])
+    source = source if alpha == 1 else source * alpha
+    return Scatter.scatter(input, d, input._backend.xp.broadcast_to(idx, source.shape), source, reduce="add")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 from gpugrad.backend import reference as R
-from gpugrad.ops import register
+from gpugrad.core.args import canonical_axis, dims
+from gpugrad.core.registry import register
 from gpugrad.ops.kernel_op import KernelOp
-from gpugrad.ops.reduce import canonical_axis
 
 
 def _rows(xp, x, axis, op):
@@ -67,6 +67,10 @@ class Softmax(_RowOp):
             return ts[0] * 0.0
         return out * (ts[0] - xp.sum(ts[0] * out, axis=self.undo[0] - self.ndim, keepdims=True))
 
+    @staticmethod
+    def softmax(input, dim=-1, **kw):
+        return Softmax.apply(input, axis=dims(dim, False, kw, "softmax")["axis"])
+
 
 @register("log_softmax")
 class LogSoftmax(_RowOp):
@@ -84,11 +88,14 @@ class LogSoftmax(_RowOp):
             return ts[0] * 0.0
         return ts[0] - xp.sum(xp.exp(out) * ts[0], axis=self.undo[0] - self.ndim, keepdims=True)
 
+    @staticmethod
+    def log_softmax(input, dim=-1, **kw):
+        return LogSoftmax.apply(input, axis=dims(dim, False, kw, "log_softmax")["axis"])
+
 
 @register("logsumexp")
 class LogSumExp(KernelOp):
     """y = log Σ e^x over one axis (max-shifted for stability).  VJP: gx = gy * e^(x - y)."""
-    node_name = "LogsumexpBackward0"
     batched_jvp = True
 
     def _fwd(self, impl, xp, x):
@@ -128,3 +135,7 @@ class LogSumExp(KernelOp):
         axis = self.undo[0] - self.ndim  # from the end: a batch of tangents (B, *x.shape) sums the same axis
         y = out if self.keepdims else xp.expand_dims(out, axis)
         return xp.sum(xp.exp(x - y) * t, axis=axis, keepdims=self.keepdims)
+
+    @staticmethod
+    def logsumexp(input, dim=-1, keepdim=False, **kw):
+        return LogSumExp.apply(input, **dims(dim, keepdim, kw, "logsumexp"))

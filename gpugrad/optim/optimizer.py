@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from gpugrad.autograd.grad_mode import enable_grad, no_grad
+from gpugrad.core.grad_mode import enable_grad, no_grad
 from gpugrad.backend import backend_of, on
 from gpugrad.backend import graphs as _graphs
 from gpugrad.backend.reference import float16_params_error

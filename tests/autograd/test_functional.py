@@ -12,7 +12,7 @@ import pytest
 
 import gpugrad
 from gpugrad.autograd import functional as F
-from gpugrad.autograd.function import Op
+from gpugrad.core.op import Op
 
 RNG = np.random.default_rng(7)
 P = {k: RNG.standard_normal(s) for k, s in {"W1": (5, 3), "b1": (5,), "W2": (4, 5), "b2": (4,), "W": (4, 3)}.items()}

@@ -17,7 +17,7 @@ import gpugrad.nn.functional as F
 from gpugrad.autograd import grad
 from gpugrad.backend import kernels, reference
 
-INPLACE_ERROR = "modified by an in-place operation"
+INPLACE_ERROR = "modified by an inplace operation"
 
 
 def leaf(values, dtype=np.float64):

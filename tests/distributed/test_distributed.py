@@ -11,7 +11,7 @@ import pytest
 import gpugrad
 import gpugrad.distributed as dist
 from gpugrad import nn
-from gpugrad.autograd import engine
+from gpugrad.core import engine
 from gpugrad.data import DataLoader, DistributedSampler, TensorDataset
 from gpugrad.nn.parallel.distributed import assign_buckets
 

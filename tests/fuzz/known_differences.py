@@ -144,7 +144,7 @@ KNOWN = [
           "finds its saved tensors freed (retain_graph=False) or changed in place",
           lambda f, m: "backward_inputs_nonleaf" in f and (_only("gpugrad", m, text="backward through the graph a "
                                                                                 "second time")
-                                                           or _only("gpugrad", m, text="modified by an in-place"))
+                                                           or _only("gpugrad", m, text="modified by an inplace"))
           and any(n in str(m.got) for n in ("BmmBackward0", "AddmmBackward0", "MmBackward0"))),
     Known("hooks on a view modified in place",
           "torch drops the hooks of a view that is then modified in place (they never fire; on a tensor that is not "

@@ -198,7 +198,7 @@ def test_step_bumps_versions_so_stale_graphs_fail():
     x = gpugrad.ones(1, 3, device=CPU, requires_grad=True)
     stale = lin(x).sum()  # saved the weight (for x's gradient) before the update below
     opt.step()
-    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         stale.backward()
 
 

@@ -15,8 +15,8 @@ import contextlib
 
 import numpy as np
 
-from gpugrad.autograd import engine
-from gpugrad.autograd.grad_mode import is_grad_enabled, no_grad
+from gpugrad.core import engine
+from gpugrad.core.grad_mode import is_grad_enabled, no_grad
 from gpugrad.backend import on
 from gpugrad.nn.module import Module
 from gpugrad._tensor import Tensor

@@ -2,7 +2,7 @@
 of the values the forward makes (and which ``nn.Module`` made them).
 
 Both cost nothing unless in use: the engine reads ``OBSERVER`` once per backward, ``Module.__call__`` reads
-``MODULES`` once per call, and ``record()`` swaps the tensor constructor ``Op.apply`` calls only inside its block.
+``MODULES`` once per call, and ``Op.apply`` leaves its fast path for ``RECORDING`` only inside ``record()``.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import contextlib
 
 OBSERVER = None  # callable(node, gy, gxs), called by the engine right after each VJP, before saved values are freed
 MODULES = None  # inside record(): the stack of nn.Modules being called (Module.__call__ pushes and pops)
+RECORDING = None  # inside record(): called with each op's output tensor (Op.apply), to keep its value
 
 
 @contextlib.contextmanager
@@ -36,32 +37,18 @@ def record():
     ...     loss = model(x).sum()
     >>> print(gpugrad.autograd.explain(loss))
     """
-    global MODULES
-    from gpugrad._tensor import _make
-    from gpugrad.autograd import function
-
-    pending = []
-
-    def make(data, backend, requires_grad=False):
-        # Op.apply sets the grad_fn after making the tensor: so the previous one is complete now.
-        if pending:
-            _keep(*pending.pop())
-        t = _make(data, backend, requires_grad)
-        pending.append((t, tuple(MODULES)))
-        return t
-
-    prev = function._make_tensor, MODULES
-    function._make_tensor, MODULES = make, list(MODULES or ())
+    global RECORDING, MODULES
+    prev = RECORDING, MODULES
+    RECORDING, MODULES = _keep, list(MODULES or ())
     try:
         yield
     finally:
-        function._make_tensor, MODULES = prev
-        if pending:
-            _keep(*pending.pop())
+        RECORDING, MODULES = prev
 
 
-def _keep(t, modules):
+def _keep(t):
+    """Called by ``Op.apply`` with each output once its node is recorded."""
     node = t._grad_fn
     if node is not None and getattr(node, "_rec", None) is None:  # the first tensor a node made is its output
         # The version tells later whether an in-place op overwrote this buffer (then the value is gone).
-        node._rec = (t._data, t._version_counter, t._version_counter[0], modules)
+        node._rec = (t._data, t._version_counter, t._version_counter[0], tuple(MODULES))

@@ -36,6 +36,8 @@ import warnings
 
 import numpy as np
 
+from gpugrad.backend import deferred, graphs, on
+
 DEPTH = 32  # forward frames kept per node, innermost first: at most ~1 KB a node
 _CLEAR = 2**31 - 1  # a flag is epoch * 2**32 + _CLEAR - (index of the first bad output)
 _EPOCH = 0  # backwards checked so far
@@ -146,8 +148,6 @@ def checker(nodes: int):
     """The check for a backward over ``nodes`` nodes, or None when anomaly mode (with check_nan) is off."""
     if not (STATE.enabled and STATE.check_nan):
         return None
-    from gpugrad.backend import graphs
-
     if graphs.CAPTURING:
         warnings.warn("anomaly mode does not check a backward captured into a CUDA graph (it would sync)")
         return None
@@ -179,8 +179,6 @@ class _Checker:
 
     def finish(self):
         """Give the arrays back; on CUDA first read each device's rows once and raise for the first flagged node."""
-        from gpugrad.backend import deferred, on
-
         first = None
         for be, flags in self.flags.items():
             if be.name != "cpu":

@@ -3,16 +3,17 @@
 No recursion anywhere (a 100,000-op chain must work): dependency counts are gathered with an explicit stack and
 nodes run in Kahn order.  Each gradient is popped from ``grads`` when its node runs, so it is freed as soon as
 it is consumed; the node's saved arrays are released right after its VJP unless ``retain_graph``.
-Broadcasting is undone here, in :func:`_fit`, and nowhere else.
+Broadcasting is undone here, in :func:`unbroadcast`, and nowhere else: on arrays, and on Tensors under create_graph.
 """
 from __future__ import annotations
 
 import contextlib
 
-from gpugrad.autograd import anomaly as _anomaly, trace as _trace
-from gpugrad.autograd.function import AccumulateGrad
 from gpugrad.backend import graphs as _graphs
-from gpugrad.autograd.grad_mode import enable_grad
+from gpugrad.core import anomaly as _anomaly, trace as _trace
+from gpugrad.core.grad_mode import enable_grad
+from gpugrad.core.node import AccumulateGrad
+from gpugrad.core.tensor import TensorBase, make
 
 
 def toposort(roots):
@@ -42,20 +43,21 @@ def toposort(roots):
     return order
 
 
-def _fit(gx, meta, xp):
-    """Sum a gradient over the axes its input was broadcast along, and cast it to the input's dtype."""
+def unbroadcast(gx, meta):
+    """Sum a gradient over the axes its input was broadcast along, and cast it to the input's dtype. ``gx`` is an
+    array, or a Tensor under create_graph (the same methods: reshape, sum, astype), so this is the one place."""
     shape, dtype = meta
-    gshape = gx.shape
+    gshape = tuple(gx.shape)
     if len(gshape) < len(shape):  # e.g. t[0] = w with w (1, 3): the gradient lost w's leading size-1 axes
         gx = gx.reshape((1,) * (len(shape) - len(gshape)) + gshape)
-        gshape = gx.shape
+        gshape = tuple(gx.shape)
     if gshape != shape:
         lead = len(gshape) - len(shape)
         axes = tuple(range(lead)) + tuple(
             i + lead for i, n in enumerate(shape) if n == 1 and gshape[i + lead] != 1)
-        gx = xp.sum(gx, axis=axes, keepdims=True) if axes else gx
-        gx = gx.reshape(shape) if lead or gx.shape != shape else gx
-        if gx.shape != shape:
+        gx = gx.sum(axis=axes, keepdims=True) if axes else gx
+        gx = gx.reshape(shape) if lead or tuple(gx.shape) != shape else gx
+        if tuple(gx.shape) != shape:
             raise RuntimeError(f"internal: gradient of shape {gshape} does not broadcast to input shape {shape}")
     if gx.dtype != dtype:
         gx = gx.astype(dtype)
@@ -92,8 +94,6 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
     (``autograd.grad``).  ``only`` (backward(inputs=)): run just these nodes and those above them.
     Gradients are arrays, or Tensors when ``create_graph``.
     """
-    from gpugrad.autograd import tensor_xp
-
     order = toposort([n for n, _ in roots])
     check = _anomaly.checker(len(order))  # None unless detect_anomaly() is on
     observe = _trace.OBSERVER  # None unless explain() is watching
@@ -155,18 +155,17 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
             if not retain_graph:
                 node.release()
             be = node._be
-            xp = be.xp
             shared = _repeated_ids(gxs) if len(gxs) > 1 else ()
             fresh = node.fresh_grads
             for (parent, _), gx, meta in zip(node.next_functions, gxs, node._in_meta):
                 if parent is None or gx is None:
                     continue
                 if create_graph:
-                    gx = tensor_xp.fit(gx, meta)
+                    gx = unbroadcast(gx, meta)
                     owned = False
                 else:
                     gx = be.as_array(gx)
-                    fitted = _fit(gx, meta, xp)
+                    fitted = unbroadcast(gx, meta)
                     # A VJP may hand back gy itself or a view of it (add, reshape) or one array for two inputs,
                     # and a user's Function may return an array it keeps: such a gradient is shared, so it must
                     # be copied before anyone adds into it in place.
@@ -232,14 +231,12 @@ def _add(grads, node, g, owned, create_graph):
 
 
 def _run_hooks(node, g, owned, create_graph):
-    from gpugrad._tensor import Tensor
-
     for hook in list(node._pre_hooks):
-        gt = g if create_graph else Tensor._wrap(g)
+        gt = g if create_graph else make(g, node._be)
         out = hook(gt)
         if out is not None:
-            if not isinstance(out, Tensor) or out.shape != gt.shape or out.dtype != gt.dtype:
-                what = (f"shape {out.shape}, dtype {out.dtype}" if isinstance(out, Tensor)
+            if not isinstance(out, TensorBase) or out.shape != gt.shape or out.dtype != gt.dtype:
+                what = (f"shape {out.shape}, dtype {out.dtype}" if isinstance(out, TensorBase)
                         else type(out).__name__)
                 raise RuntimeError(f"a hook on the output of {node.name()} returned {what}; it must return None "
                                    f"or a Tensor of the gradient's shape {gt.shape} and dtype {gt.dtype}")
@@ -249,27 +246,23 @@ def _run_hooks(node, g, owned, create_graph):
 
 
 def _retain_grad(node, g, create_graph):
-    from gpugrad._tensor import Tensor
-
     t = node._retain()
     if t is None:
         return
-    gt = g if create_graph else Tensor._wrap(g.copy())
+    gt = g if create_graph else make(g.copy(), t._backend)
     t._grad = gt if t._grad is None else t._grad + gt
 
 
 def _accumulate_leaf(leaf, g, owned, create_graph):
-    from gpugrad._tensor import Tensor
-
     if create_graph:
         if leaf._grad is None:  # a copy, as torch's: g may be another edge's gradient or a read-only broadcast view
-            g = g.clone() if g._requires_grad else Tensor._wrap(g._data.copy(), leaf._backend)
+            g = g.clone() if g._requires_grad else make(g._data.copy(), leaf._backend)
         leaf._grad = g if leaf._grad is None else leaf._grad + g
         return
     grad = leaf._grad
     if grad is None:
         # Take ownership: a fresh gradient becomes .grad as is; a shared one is copied first.
-        leaf._grad = Tensor._wrap(g if owned else g.copy(), leaf._backend)
+        leaf._grad = make(g if owned else g.copy(), leaf._backend)
     elif grad.requires_grad:
         leaf._grad = grad + g  # .grad itself carries a graph (from create_graph): stay out of place
     else:

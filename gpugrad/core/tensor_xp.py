@@ -4,34 +4,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpugrad.autograd import forward_ad
-
-
-def _T():
-    from gpugrad._tensor import Tensor
-
-    return Tensor
+from gpugrad.backend import backend_of
+from gpugrad.core.forward_state import tangent_of_output
+from gpugrad.core.registry import REGISTRY
+from gpugrad.core.tensor import TensorBase, make
 
 
 def _const(array, like=None):
-    from gpugrad.backend import backend_of
-    from gpugrad._tensor import _make
-
-    return _make(array, like._backend if like is not None else backend_of(array))
+    return make(array, like._backend if like is not None else backend_of(array))
 
 
 def _cond(c):
-    return c._data if isinstance(c, _T()) else c
+    return c._data if isinstance(c, TensorBase) else c
 
 
 def where(cond, a, b):
-    from gpugrad.ops.arith import Where
-
-    T = _T()
-    if not isinstance(a, T) and not isinstance(b, T):
-        xp = np if isinstance(_cond(cond), (bool, np.ndarray)) else _backend_xp(_cond(cond))
+    if not isinstance(a, TensorBase) and not isinstance(b, TensorBase):
+        xp = np if isinstance(_cond(cond), (bool, np.ndarray)) else backend_of(_cond(cond)).xp
         return _const(xp.where(_cond(cond), a, b))
-    return Where.apply(a, b, cond=_cond(cond))
+    return REGISTRY["where"].apply(a, b, cond=_cond(cond))
 
 
 def zeros_like(x):
@@ -42,21 +33,13 @@ def depends(value, on):
     """``value``, recorded as depending on ``on`` with derivative 0: torch's VJPs that read an input through a
     piecewise-constant function (abs: gy * sgn(x); relu: threshold_backward(gy, y)) give create_graph gradients that
     require grad.  A where() that selects nothing from ``on``: its gradient there is exactly 0."""
-    from gpugrad.ops.arith import Where
-
-    return Where.apply(on, value, cond=on._backend.xp.zeros((), dtype=bool))
+    return REGISTRY["where"].apply(on, value, cond=on._backend.xp.zeros((), dtype=bool))
 
 
 def sign(x):
     """torch's sgn(x): the sign (0 for NaN, where NumPy's is NaN) as a Tensor whose derivative is 0."""
     d = x._data
     return depends(_const(x._backend.as_array((d > 0).astype(d.dtype) - (d < 0).astype(d.dtype)), x), x)
-
-
-def _backend_xp(array):
-    from gpugrad.backend import backend_of
-
-    return backend_of(array).xp
 
 
 def sum(x, axis=None, keepdims=False):  # noqa: A001 - mirrors xp.sum
@@ -156,54 +139,36 @@ def trunc(x):
 
 
 def einsum(equation, *operands, optimize=False):
-    from gpugrad.ops.linalg import Einsum
-
-    return Einsum.apply(*operands, equation=equation)
-
-
-def fit(gx, meta):
-    """The engine's unbroadcast + cast, as differentiable ops."""
-    shape, dtype = meta
-    if gx.ndim < len(shape):
-        gx = gx.reshape((1,) * (len(shape) - gx.ndim) + tuple(gx.shape))
-    if gx.shape != shape:
-        lead = gx.ndim - len(shape)
-        axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and gx.shape[i + lead] != 1)
-        gx = gx.sum(axis=axes, keepdims=True).reshape(shape)
-    return gx if gx.dtype == dtype else gx.to(dtype=dtype)
+    return REGISTRY["einsum"].apply(*operands, equation=equation)
 
 
 def saved_as_tensors(node):
     """The node's saved arrays as Tensors that remember where they came from, so VJPs differentiate through them."""
-    from gpugrad._tensor import _make
-
     out = []
     for s, ref in zip(node.saved, node._saved_refs or [None] * len(node.saved)):
         if s is None or not hasattr(s, "shape"):  # None or a Python scalar operand: stays as it is
             out.append(s)
         elif ref is None:
-            out.append(_make(s, node._be))
+            out.append(make(s, node._be))
         elif ref[0] == "in":
             out.append(ref[1])
         elif ref[0] in ("inview", "outview"):
             # A reshaped view of an input or of the output: ops that support create_graph use such views only
             # in comparisons (max's keepdims result), never differentiate through them.
-            out.append(_make(s, node._be))
+            out.append(make(s, node._be))
         else:  # the node's own output: a tensor produced by this very node
-            t = _make(s, node._be, requires_grad=True)
+            t = make(s, node._be, requires_grad=True)
             t._grad_fn = node
-            out.append(forward_ad.tangent_of_output(t, node))
+            out.append(tangent_of_output(t, node))
     return tuple(out)
 
 
 def output_of(node, array):
     """``array`` (the node's output values) as a Tensor produced by ``node``: differentiating through it
     differentiates through the node again (for VJPs written in terms of the output, like softmax's)."""
-    from gpugrad._tensor import _make
-
-    t = _make(array, node._be, requires_grad=True)
+    t = make(array, node._be, requires_grad=True)
     t._grad_fn = node
-    return forward_ad.tangent_of_output(t, node)
+    return tangent_of_output(t, node)
 
 
 def input_of(node, i):

@@ -1,0 +1,40 @@
+"""Forward-mode state: the active dual level, batched tangents, and the tensors that carry a tangent.
+
+``autograd/forward_ad.py`` is the public API (dual_level, make_dual, unpack_dual); ``core/forward.py`` computes the
+tangents of op outputs. Both read this state; ``Op.apply`` leaves its fast path while a level is active.
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+
+
+class _State:
+    level = None  # the active dual level (one at a time, as torch)
+    batch = None  # B when tangents carry B directions at once, shape (B, *primal.shape): make_batched_dual
+    paused = False  # set while a JVP runs, so the ops computing a tangent carry no tangents of their own
+    duals = None  # weakrefs to tensors holding a tangent at this level: cleared when it exits
+
+
+STATE = _State()
+
+
+def set_tangent(t, tangent):
+    t._fw_grad = tangent
+    STATE.duals.append(weakref.ref(t))
+
+
+@contextlib.contextmanager
+def pause():
+    was, STATE.paused = STATE.paused, True
+    try:
+        yield
+    finally:
+        STATE.paused = was
+
+
+def tangent_of_output(t, node):
+    """Give ``t``, a Tensor rebuilt from ``node``'s saved output, the tangent that output had (if the level is on)."""
+    if STATE.level is not None and getattr(node, "_fw_grad", None) is not None:
+        set_tangent(t, node._fw_grad)
+    return t

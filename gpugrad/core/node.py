@@ -1,0 +1,114 @@
+"""Graph nodes as the engine sees them: ``Node`` (a recorded op, the ``grad_fn`` of its output) and
+``AccumulateGrad`` (the sink of a leaf that requires grad), plus the handles that remove hooks."""
+from __future__ import annotations
+
+import weakref
+
+
+class RemovableHandle:
+    """What ``register_hook`` and friends return: ``remove()`` takes the hook out again (torch's
+    ``torch.utils.hooks.RemovableHandle``); usable as a context manager that removes on exit."""
+
+    def __init__(self, hooks, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+        return False
+
+
+class Node:
+    """A recorded op as seen by the engine: ``next_functions`` lead towards the inputs.
+
+    The engine calls ``run_backward(gy, create_graph)`` (one gradient per input, or None) and then ``release()``;
+    ``_be`` is the node's backend and ``_in_meta`` the (shape, dtype) of each input, which its gradient is fitted to.
+    """
+
+    next_functions: tuple = ()
+    fresh_grads = True  # the VJP returns new arrays (or gy / views of it), never arrays someone else keeps
+    _pre_hooks = None  # hooks of the tensor this node produced (register_hook on a non-leaf)
+    _retain = None  # weakref to that tensor when it asked to retain_grad()
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self):
+        return f"<{self.name()} object at {id(self):#x}>"
+
+    def register_prehook(self, hook):
+        if self._pre_hooks is None:
+            self._pre_hooks = []
+        self._pre_hooks.append(hook)
+        return RemovableHandle(self._pre_hooks, hook)
+
+    def run_backward(self, gy, create_graph: bool):
+        raise NotImplementedError(f"{self.name()} has no backward")
+
+    def release(self):
+        """Free what backward needed (called after the node ran, unless retain_graph)."""
+
+
+class AccumulateGrad(Node):
+    """The sink for a leaf that requires grad: adds incoming gradients into ``leaf.grad``."""
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    @property
+    def _be(self):
+        return self.variable._backend
+
+    @property
+    def _pre_hooks(self):
+        link = self.variable._accumulator  # the leaf's hooks live on the leaf's side: see _LeafHooks
+        return link.hooks if type(link) is _LeafHooks else None
+
+    def register_prehook(self, hook):
+        return AccumulateGrad.register_leaf_hook(self.variable, hook)
+
+    @staticmethod
+    def register_leaf_hook(tensor, hook):
+        link = tensor._accumulator
+        if type(link) is not _LeafHooks:
+            link = tensor._accumulator = _LeafHooks(link)
+        link.hooks.append(hook)
+        return RemovableHandle(link.hooks, hook)
+
+    @staticmethod
+    def of(tensor) -> "AccumulateGrad":
+        # The tensor keeps only a weak reference, like PyTorch: graph nodes keep the accumulator alive.
+        link = tensor._accumulator
+        acc = link() if link is not None else None
+        if acc is None:
+            acc = AccumulateGrad(tensor)
+            if type(link) is _LeafHooks:
+                link.ref = weakref.ref(acc)
+            else:
+                tensor._accumulator = weakref.ref(acc)
+        return acc
+
+
+class _LeafHooks:
+    """A leaf's ``_accumulator`` once hooks are registered on it: the accumulator, still held weakly, and the hooks,
+    which must outlive graphs.  NOTE: holding the accumulator strongly instead would make a cycle (leaf -> node ->
+    node.variable is the leaf), so a hooked leaf and its .grad would wait for the cyclic GC to be freed."""
+
+    __slots__ = ("ref", "hooks")
+
+    def __init__(self, ref):
+        self.ref, self.hooks = ref, []
+
+    def __call__(self):
+        return self.ref() if self.ref is not None else None
+
+
+def grad_edge(tensor):
+    """The node a gradient for ``tensor`` flows into: its grad_fn, or its leaf accumulator."""
+    return tensor._grad_fn or AccumulateGrad.of(tensor)
