@@ -22,7 +22,8 @@ import gpugrad
 import gpugrad.nn.functional as F
 from gpugrad.ops.activation import Dropout
 from gpugrad.ops.convert import ToDevice
-from tests.exact import FLOATS, MP, ew, exact
+from tests.exact import (FLOATS, MP, cross_entropy_mean, cross_entropy_rows, ew, exact, gelu_erf, gelu_tanh,
+                         layer_norm, log_softmax, lse, sigmoid, softmax, softplus, where)
 
 LN2, LN3 = math.log(2), math.log(3)
 
@@ -37,6 +38,8 @@ class Exact:
     tol: dict | None = None  # {dtype: (rtol, atol)} where the default few ulps do not hold (say why)
     dtype: object = None  # the result's dtype when it is not the inputs'
     dtypes: tuple = FLOATS
+    f: Callable | None = None  # a pointwise row's scalar closed form (tests/exact_kernel_cases.py differentiates it)
+    params: tuple = ()  # and the op's parameters
 
     def expected(self, dtype):
         if not callable(self.want):
@@ -51,44 +54,11 @@ def tol(rtol64, rtol32, atol64=0.0, atol32=0.0):
 def pw(op, xs, f, *params, name="", call=None, **kw):
     """A pointwise row: ``Tensor.<op>(*params)`` at the points ``xs`` against ``f`` (mpf -> mpf) elementwise."""
     return Exact(name or (f"{op}{params}" if params else op), op, call or (lambda a: getattr(a, op)(*params)),
-                 (xs,), ew(f), **kw)
-
-
-def _where(c, a, b):
-    return a if c else b
-
-
-def _sigmoid(x):
-    return 1 / (1 + MP.exp(-x))
-
-
-def _gelu_tanh(x):  # torch's approximate='tanh': x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    return x / 2 * (1 + MP.tanh(MP.sqrt(2 / MP.pi) * (x + MP.mpf("0.044715") * x ** 3)))
-
-
-def _gelu_erf(x):  # x Phi(x)
-    return x / 2 * (1 + MP.erf(x / MP.sqrt(2)))
-
-
-def _softplus(beta, threshold):  # torch: linear where beta x > threshold
-    return lambda x: x if beta * x > threshold else MP.log(1 + MP.exp(beta * x)) / beta
+                 (xs,), ew(f), f=f, params=params, **kw)
 
 
 def _trunc(x):
     return MP.floor(x) if x >= 0 else MP.ceil(x)
-
-
-def _lse(x, axis=-1):
-    return ew(MP.log)(ew(MP.exp)(x).sum(axis))
-
-
-def _softmax(x):
-    e = ew(MP.exp)(x)
-    return e / e.sum(-1, keepdims=True)
-
-
-def _logsoftmax(x):
-    return x - _lse(x)[..., None]
 
 
 # 1 + tanh(z) (gelu) and 1 + erf(z) (exact gelu) cancel for x << 0 (1 + tanh(z) ~ 9e-8 at x = -5): the error is
@@ -98,21 +68,21 @@ TINY = [1e-10, -1e-10]  # log1p, expm1, sinh: 1 + x rounds away these digits; a 
 
 POINTWISE_ROWS = [
     pw("relu", [-2.0, -0.5, 0.0, 1e-30, 0.5, 3.0], lambda x: max(x, 0)),
-    pw("gelu", [-1.0, -0.5, 0.0, 0.5, 1.0, 3.0, 10.0], _gelu_tanh, call=lambda a: a.gelu(approximate="tanh")),
-    pw("gelu", [-3.0, -5.0], _gelu_tanh, name="gelu-left-tail", call=lambda a: a.gelu(approximate="tanh"),
+    pw("gelu", [-1.0, -0.5, 0.0, 0.5, 1.0, 3.0, 10.0], gelu_tanh, call=lambda a: a.gelu(approximate="tanh")),
+    pw("gelu", [-3.0, -5.0], gelu_tanh, name="gelu-left-tail", call=lambda a: a.gelu(approximate="tanh"),
        tol=LEFT_TAIL),
-    pw("gelu_erf", [-1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 6.0], _gelu_erf, call=lambda a: a.gelu()),
-    pw("gelu_erf", [-3.0, -5.0], _gelu_erf, name="gelu_erf-left-tail", call=lambda a: a.gelu(), tol=LEFT_TAIL),
+    pw("gelu_erf", [-1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 6.0], gelu_erf, call=lambda a: a.gelu()),
+    pw("gelu_erf", [-3.0, -5.0], gelu_erf, name="gelu_erf-left-tail", call=lambda a: a.gelu(), tol=LEFT_TAIL),
     pw("erf", [-6.0, -2.0, -0.5, 0.0, 1e-3, 0.5, 1.0, 3.0, 6.0], MP.erf),
-    pw("sigmoid", [-30.0, -8.0, -1.0, 0.0, 1.0, 8.0, 30.0], _sigmoid),
+    pw("sigmoid", [-30.0, -8.0, -1.0, 0.0, 1.0, 8.0, 30.0], sigmoid),
     pw("tanh", [-20.0, -1.0, -1e-4, 0.0, 0.5, 1.0, 20.0], MP.tanh),
-    pw("softplus", [-30.0, -1.0, 0.0, 1.0, 19.5, 20.0, 20.5, 30.0], _softplus(1, 20)),
-    pw("softplus", [-3.0, 0.0, 4.9, 5.0, 5.1, 7.0], _softplus(2, 10), 2.0, 10.0),
-    pw("silu", [-20.0, -1.0, 0.0, 1.0, 6.0], lambda x: x * _sigmoid(x)),
-    pw("leaky_relu", [-2.0, -0.5, 0.0, 1.0], lambda x: _where(x > 0, x, MP.mpf("0.01") * x)),
-    pw("leaky_relu", [-2.0, 0.0, 3.0], lambda x: _where(x > 0, x, MP.mpf("0.2") * x), 0.2),
-    pw("elu", [-3.0, -1.0, -1e-3, 0.0, 2.0], lambda x: _where(x > 0, x, MP.expm1(x))),
-    pw("elu", [-3.0, -1.0, 0.0, 2.0], lambda x: _where(x > 0, x, MP.expm1(x) / 2), 0.5),
+    pw("softplus", [-30.0, -1.0, 0.0, 1.0, 19.5, 20.0, 20.5, 30.0], softplus(1, 20)),
+    pw("softplus", [-3.0, 0.0, 4.9, 5.0, 5.1, 7.0], softplus(2, 10), 2.0, 10.0),
+    pw("silu", [-20.0, -1.0, 0.0, 1.0, 6.0], lambda x: x * sigmoid(x)),
+    pw("leaky_relu", [-2.0, -0.5, 0.0, 1.0], lambda x: where(x > 0, x, MP.mpf("0.01") * x)),
+    pw("leaky_relu", [-2.0, 0.0, 3.0], lambda x: where(x > 0, x, MP.mpf("0.2") * x), 0.2),
+    pw("elu", [-3.0, -1.0, -1e-3, 0.0, 2.0], lambda x: where(x > 0, x, MP.expm1(x))),
+    pw("elu", [-3.0, -1.0, 0.0, 2.0], lambda x: where(x > 0, x, MP.expm1(x) / 2), 0.5),
     pw("sin", [-6.0, -1.0, 0.0, 0.5, 1.0, 3.0, 100.0], MP.sin),
     pw("cos", [-6.0, -1.0, 0.0, 0.5, 1.0, 3.0, 100.0], MP.cos),
     pw("log1p", [-0.5, 0.0, 1.0, 3.0, *TINY], MP.log1p),
@@ -215,24 +185,24 @@ REDUCE_ROWS = [
     Exact("cumprod_zero", "cumprod", lambda a: a.cumprod(-1), ([[2.0, 0.0, 3.0], [-1.0, 2.0, 0.5]],),
           [[2, 0, 0], [-1, -2, -1]]),
     Exact("prod", "cumprod", lambda a: a.prod(), ([1.0, 2.0, 3.0, 4.0, 5.0],), 120),
-    Exact("logsumexp", "logsumexp", lambda a: a.logsumexp(-1), ([[0.0, LN2], [0.0, 0.0]],), _lse),
+    Exact("logsumexp", "logsumexp", lambda a: a.logsumexp(-1), ([[0.0, LN2], [0.0, 0.0]],), lse),
     Exact("logsumexp_ln4", "logsumexp", lambda a: a.logsumexp(0), ([0.0, 0.0, 0.0, 0.0],), MP.log(4)),
     # a row max that starts at 0 instead of -inf gives log(0) = -inf here
-    Exact("logsumexp_shifted", "logsumexp", lambda a: a.logsumexp(-1), ([[-1000.0, -1000.0, -1001.0]],), _lse),
-    Exact("softmax", "softmax", lambda a: a.softmax(-1), ([[0.0, LN2], [LN3, 0.0]],), _softmax),
+    Exact("logsumexp_shifted", "logsumexp", lambda a: a.logsumexp(-1), ([[-1000.0, -1000.0, -1001.0]],), lse),
+    Exact("softmax", "softmax", lambda a: a.softmax(-1), ([[0.0, LN2], [LN3, 0.0]],), softmax),
     Exact("softmax_thirds", "softmax", lambda a: a.softmax(-1), ([[0.0, LN2]],), [[Q(1, 3), Q(2, 3)]],
           tol=tol(1e-15, 1e-7)),
     Exact("softmax_shifted", "softmax", lambda a: a.softmax(-1), ([[-1000.0, -1000.0, -1000.0, -1000.0]],),
           [[Q(1, 4)] * 4]),
     Exact("softmax_dim0", "softmax", lambda a: a.softmax(0), ([[1.0, -1.0], [2.0, 3.0], [-2.0, 0.0]],),
-          lambda a: _softmax(a.T).T),
+          lambda a: softmax(a.T).T),
     # log(1 + e^-4) from the sum's logarithm (as torch): one rounding of the sum, ~1 ulp of 1, is absolute here
-    Exact("log_softmax", "log_softmax", lambda a: a.log_softmax(-1), ([[0.0, LN2], [1.0, -3.0]],), _logsoftmax,
+    Exact("log_softmax", "log_softmax", lambda a: a.log_softmax(-1), ([[0.0, LN2], [1.0, -3.0]],), log_softmax,
           tol=tol(1e-14, 1e-6, 2e-16, 1.2e-7)),
     Exact("log_softmax_thirds", "log_softmax", lambda a: a.log_softmax(-1), ([[0.0, LN2]],),
           [[-MP.log(3), MP.log(2) - MP.log(3)]], tol=tol(1e-15, 1e-7)),
     Exact("log_softmax_shifted", "log_softmax", lambda a: a.log_softmax(-1), ([[-1000.0, -1001.0, -1002.0]],),
-          _logsoftmax),
+          log_softmax),
 ]
 
 
@@ -353,27 +323,13 @@ X23 = [[0.0, LN2, LN3], [1.0, -1.0, 0.5]]
 W3 = [0.5, 2.0, 1.0]
 
 
-def _xent(x, t, w=None, e=0.0, ignore=-100):
-    """torch's cross-entropy rows from its definition: (1 - e) w_t (lse - x_t) + e / C Σ_c w_c (lse - x_c)."""
-    rows, classes = x.shape
-    w = np.ones(classes, dtype=object) if w is None else w
-    lse = _lse(x)
-    return [0 if t[i] == ignore else (1 - MP.mpf(e)) * w[t[i]] * (lse[i] - x[i, t[i]])
-            + MP.mpf(e) / classes * sum(w[c] * (lse[i] - x[i, c]) for c in range(classes)) for i in range(rows)]
-
-
-def _xent_mean(x, t, w=None, e=0.0, ignore=-100):
-    w1 = np.ones(x.shape[1], dtype=object) if w is None else w
-    return sum(_xent(x, t, w, e, ignore)) / sum(w1[k] for k in t if k != ignore)
-
-
 def _bce(x, t):
     return -(t * ew(lambda v: max(MP.log(v), -100) if v > 0 else -100)(x)
              + (1 - t) * ew(lambda v: max(MP.log(1 - v), -100) if v < 1 else -100)(x))
 
 
 def _bce_logits(x, t, p=1):  # torch's docs: -[p t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))]
-    s = ew(_sigmoid)(x)
+    s = ew(sigmoid)(x)
     return -(p * t * ew(MP.log)(s) + (1 - t) * ew(MP.log)(1 - s))
 
 
@@ -385,13 +341,6 @@ def _huber(delta):
     return ew(lambda d: d * d / 2 if abs(d) < delta else delta * (abs(d) - MP.mpf(delta) / 2))
 
 
-def _layer_norm(x, w=1, b=0, eps=1e-5):
-    n = x.shape[-1]
-    mean = x.sum(-1, keepdims=True) / n
-    var = ((x - mean) ** 2).sum(-1, keepdims=True) / n
-    return (x - mean) / ew(MP.sqrt)(var + MP.mpf(eps)) * w + b
-
-
 D4 = [0.5, -2.0, 1.0, 0.0, -0.999, 3.0]  # |d| = 1 = beta / delta: the branch point
 U4 = np.array([0.1, 0.6, 0.5, 0.9])  # randoms: kept where u >= p (0.5 included)
 
@@ -400,20 +349,20 @@ LOSS_ROWS = [
     Exact("cross_entropy_ln4", "cross_entropy", lambda x: F.cross_entropy(x, gpugrad.tensor(np.array([2, 0]))),
           (np.zeros((2, 4)),), MP.log(4)),
     Exact("cross_entropy", "cross_entropy", lambda x: F.cross_entropy(x, gpugrad.tensor(T2), reduction="none"),
-          (X23,), lambda x: _xent(x, T2)),
+          (X23,), lambda x: cross_entropy_rows(x, T2)),
     Exact("cross_entropy_mean", "cross_entropy", lambda x: F.cross_entropy(x, gpugrad.tensor(T2)), (X23,),
-          lambda x: _xent_mean(x, T2)),
+          lambda x: cross_entropy_mean(x, T2)),
     Exact("cross_entropy_weight", "cross_entropy",
           lambda x, w: F.cross_entropy(x, gpugrad.tensor(T2), weight=w.detach()), (X23, W3),
-          lambda x, w: _xent_mean(x, T2, w)),
+          lambda x, w: cross_entropy_mean(x, T2, w)),
     Exact("cross_entropy_ignore", "cross_entropy",
           lambda x: F.cross_entropy(x, gpugrad.tensor(np.array([-100, 2])), reduction="sum"), (X23,),
-          lambda x: sum(_xent(x, np.array([-100, 2])))),
+          lambda x: cross_entropy_rows(x, np.array([-100, 2])).sum()),
     Exact("cross_entropy_smoothing", "cross_entropy",
           lambda x, w: F.cross_entropy(x, gpugrad.tensor(T2), weight=w.detach(), label_smoothing=0.25), (X23, W3),
-          lambda x, w: _xent_mean(x, T2, w, 0.25)),
+          lambda x, w: cross_entropy_mean(x, T2, w, 0.25)),
     Exact("token_logprob", "token_logprob", lambda x: F.token_logprob(x, gpugrad.tensor(T2)), (X23,),
-          lambda x: [-v for v in _xent(x, T2)]),
+          lambda x: -cross_entropy_rows(x, T2)),
     Exact("token_logprob_thirds", "token_logprob", lambda x: F.token_logprob(x, gpugrad.tensor(np.array([1]))),
           ([[0.0, LN2]],), [MP.log(MP.mpf(2) / 3)], tol=tol(1e-15, 1e-7)),
     Exact("nll_loss", "nll_loss", lambda x: F.nll_loss(x, gpugrad.tensor(T3)), (_arange(3, 3),), -4),
@@ -447,8 +396,8 @@ LOSS_ROWS = [
     Exact("layer_norm_eps0", "layer_norm", lambda x: F.layer_norm(x, (4,), eps=0.0), ([[1.0, 2.0, 3.0, 4.0]],),
           [[k / MP.sqrt(5) for k in (-3, -1, 1, 3)]]),
     Exact("layer_norm", "layer_norm", lambda x, w, b: F.layer_norm(x, (3,), w, b),
-          ([[1.0, 2.0, 4.0], [-1.0, -1.0, 5.0]], [2.0, 0.5, -1.0], [0.0, 1.0, 0.25]), _layer_norm),
-    Exact("layer_norm_near_1e6", "layer_norm", lambda x: F.layer_norm(x, (4,)), (NEAR_1E6,), _layer_norm),
+          ([[1.0, 2.0, 4.0], [-1.0, -1.0, 5.0]], [2.0, 0.5, -1.0], [0.0, 1.0, 0.25]), layer_norm),
+    Exact("layer_norm_near_1e6", "layer_norm", lambda x: F.layer_norm(x, (4,)), (NEAR_1E6,), layer_norm),
     Exact("dropout", "dropout", lambda x: Dropout.apply(x, p=0.5, u=x._backend.asarray(U4, x.dtype)),
           ([1.0, -2.0, 3.0, 0.25],), [0, -4, 6, Q(1, 2)]),
     Exact("dropout_p0.25", "dropout", lambda x: Dropout.apply(x, p=0.25, u=x._backend.asarray(U4, x.dtype)),
@@ -458,9 +407,9 @@ LOSS_ROWS = [
     Exact("bias_act_identity", "bias_act", lambda x, b: F.bias_act(x, b, "identity"), ([[1.0, -2.0]], [0.25, 1.0]),
           [[Q(5, 4), -1]]),
     Exact("bias_act_gelu", "bias_act", lambda x, b: F.bias_act(x, b, "gelu"), ([[1.0, -2.0], [0.0, 0.5]], [0.0, 1.0]),
-          lambda x, b: ew(_gelu_tanh)(x + b)),
+          lambda x, b: ew(gelu_tanh)(x + b)),
     Exact("bias_act_softplus", "bias_act", lambda x, b: F.bias_act(x, b, "softplus", 1.0, 20.0),
-          ([[19.0, -1.0], [21.0, 0.0]], [0.5, 0.5]), lambda x, b: ew(_softplus(1, 20))(x + b)),
+          ([[19.0, -1.0], [21.0, 0.0]], [0.5, 0.5]), lambda x, b: ew(softplus(1, 20))(x + b)),
     Exact("bias_act_leaky_relu", "bias_act", lambda x, b: F.bias_act(x, b, "leaky_relu", 0.25),
           ([[-1.0, 2.0]], [-1.0, 0.0]), [[Q(-1, 2), 2]]),
 ]
