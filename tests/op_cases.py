@@ -448,8 +448,12 @@ CASES = [
     # CPU -> CPU exercises the op itself here; test_parity moves between CPU and CUDA when a GPU exists.
     OpCase("to_device", lambda a: ToDevice.apply(a * 1.0, source=a._backend, target=a._backend), lambda a: a, [((3,),)],
            torch_fn=lambda a: (a * 1.0).to("cpu")),
-    OpCase("index_place", lambda a, v: _setitem(a, v), lambda a, v: _np_setitem(a, v), [((3, 4), (4,))],
-           torch_fn=lambda a, v: _setitem(a, v)),
+    # a basic key: copy_ into the view out[1] (CopySlices over Overwrite); an index tensor: IndexPlace
+    OpCase("setitem", lambda a, v: _setitem(a, v), lambda a, v: _np_setitem(a, v), [((3, 4), (4,))],
+           op="copy_slices", torch_fn=lambda a, v: _setitem(a, v)),
+    OpCase("index_put", lambda a, v: _setitem(a, v, gpugrad.tensor(IDX[:2])),
+           lambda a, v: _np_setitem(a, v, IDX[:2]), [((3, 4), (4,))], op="index_place",
+           torch_fn=lambda a, v: _setitem(a, v, _t(_torch(), IDX[:2]))),
     OpCase("copy_slices", lambda a, v: _add_into_row(a, v), lambda a, v: a + np.eye(3)[1][:, None] * v,
            [((3, 4), (4,))], torch_fn=lambda a, v: _add_into_row(a, v)),
     OpCase("as_view", lambda a, v: _stale_view(a, v), lambda a, v: (a * v)[0:2] + 0.0, [((3, 4), (3, 4))],
@@ -507,9 +511,9 @@ CASES = [
 ]
 
 
-def _setitem(a, v):
+def _setitem(a, v, key=1):
     out = a * 1.0
-    out[1] = v
+    out[key] = v
     return out
 
 
@@ -532,9 +536,9 @@ def _copy_into(a, v):
     return y * a
 
 
-def _np_setitem(a, v):
+def _np_setitem(a, v, key=1):
     out = a.copy()
-    out[1] = v
+    out[key] = v
     return out
 
 

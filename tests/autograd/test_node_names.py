@@ -43,6 +43,8 @@ NAME_MISMATCHES = {
     "scatter_add-0": "scatter_add: torch ScatterAddBackward0; gpugrad's one Scatter op names it ScatterBackward0",
     "scatter_value-0": "scatter of a number: torch ScatterBackward1 (the value overload); gpugrad ScatterBackward0",
     "index_add-0": "index_add: torch IndexAddBackward0; gpugrad runs it as a Scatter: ScatterBackward0",
+    "index_put-0": "t[index tensor] = v: torch records IndexPutBackward0; gpugrad composes IndexPlace with where "
+                   "(WhereBackward0)",
     "nansum-0": "nansum: torch NansumBackward0; gpugrad composes where and sum (SumBackward1)",
     "clamp_tensor-0": "clamp with Tensor bounds: torch ClampBackward0; gpugrad composes it of where (WhereBackward0)",
     **{f"{n}-0": _EINSUM.format(t) for n, t in (

@@ -15,6 +15,7 @@ from gpugrad.ops import REGISTRY
 from gpugrad.testing import cuda_sim
 from tests.exact import assert_exact
 from tests.exact_op_cases import ROWS
+from tests.ops.test_ops import _graph_ops
 
 PARAMS = [pytest.param(row, dtype, id=f"{row.name}-{np.dtype(dtype).name}") for row in ROWS for dtype in row.dtypes]
 # Known bugs of the simulated device (not of CuPy): rows that fail only there.
@@ -52,18 +53,6 @@ def test_every_registered_op_has_a_closed_form():
     assert not missing, f"registered ops without a closed-form row in tests/exact_op_cases.py: {missing}"
     unknown = sorted({row.op for row in ROWS} - set(REGISTRY))
     assert not unknown, f"closed-form rows naming ops that are not registered: {unknown}"
-
-
-def _graph_ops(out):
-    seen, stack, ops = set(), [out.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        ops.add(type(node))
-        stack.extend(n for n, _ in node.next_functions)
-    return ops
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
