@@ -39,7 +39,7 @@ def exact(a) -> np.ndarray:
 def ew(f):
     """``f`` (one mpf -> mpf, e.g. ``MP.erf``) applied elementwise to an object array or a number."""
     def run(*xs):
-        return np.vectorize(f, otypes=[object])(*xs) if any(np.ndim(x) for x in xs) else f(*xs)
+        return np.vectorize(f, otypes=[object])(*xs) if any(isinstance(x, np.ndarray) for x in xs) else f(*xs)
 
     return run
 

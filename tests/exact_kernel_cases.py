@@ -10,7 +10,6 @@ the arguments a function updates in place, by position (after ``xp``).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,7 +75,7 @@ def _pointwise_rows():
         out.append(KernelExact(f"{d.name}_fwd", (Fl(row.inputs[0]), *p), lambda x, *_, f=f: ew(f)(x),
                                variant=row.name, tol=row.tol))
         if d.saves == "x":
-            kinks = tuple(k / p[0] * p[1] / 20 for k in d.kinks) if d.name == "softplus" else d.kinks
+            kinks = (p[1] / p[0],) if d.name == "softplus" else d.kinks  # softplus branches at threshold / beta
             xs = _away(row.inputs[0], kinks)
             out.append(KernelExact(f"{d.name}_bwd", (Fl(xs), Fl(_gs(len(xs))), *p),
                                    lambda x, g, *_, f=f: ew(lambda v: MP.diff(f, v))(x) * g,
