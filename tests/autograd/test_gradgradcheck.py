@@ -48,7 +48,10 @@ def test_every_op_supports_create_graph():
     assert REFUSED == []
 
 
-TORCH = [(c, i) for c, i in SUPPORTED if c.torch_fn is not None]
+# rows whose torch twin cannot take a second derivative (gpugrad's are checked by finite differences above)
+TORCH_CANNOT = {"layer_norm_bias_only": "torch 2.13's layer_norm double backward without a weight raises ('Expected "
+                                        "a proper Tensor but got None'; tests/fuzz_known_differences.py)"}
+TORCH = [(c, i) for c, i in SUPPORTED if c.torch_fn is not None and c.name not in TORCH_CANNOT]
 
 
 @pytest.mark.parametrize("case,k", TORCH, ids=[f"{c.name}-{i}" for c, i in TORCH])

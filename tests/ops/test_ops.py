@@ -19,6 +19,26 @@ def test_every_op_has_a_case():
     assert not missing, f"registered ops without a row in tests/op_cases.py: {sorted(missing)}"
 
 
+def _graph_ops(out):
+    seen, stack, ops = set(), [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is not None and id(node) not in seen:
+            seen.add(id(node))
+            ops.add(type(node))
+            stack.extend(n for n, _ in node.next_functions)
+    return ops
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_row_records_its_op(case):
+    """A row covers ``case.op`` only if its graph holds that op's node: a row labelled with an op it no longer runs
+    (a basic-key setitem once named index_place, now copy_ into a view) would leave the op without a case."""
+    ins = [gpugrad.tensor(a, requires_grad=True) for a in case_inputs(case, case.shapes[0])]
+    ops = _graph_ops(case.fn(*ins))
+    assert REGISTRY[case.op] in ops, f"{case.name}: no {REGISTRY[case.op].__name__} in {sorted(o.__name__ for o in ops)}"
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "strided"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case,k", PARAMS, ids=IDS)
