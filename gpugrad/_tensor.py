@@ -275,7 +275,7 @@ class Tensor:
         """The CPU tensor's array (shared memory); ``force=True`` copies from any device, as torch."""
         if not force and self.requires_grad:
             raise RuntimeError("can't call numpy() on a tensor that requires grad; use .detach().numpy()")
-        raise_pending(self._backend)
+        raise_pending(self._backend, "Tensor.numpy()")
         return self._backend.to_host(self._data) if force else self.__array__()
 
     def __array__(self, dtype=None, copy=None):
@@ -294,7 +294,7 @@ class Tensor:
         ``cupy.from_dlpack``."""
         if self.requires_grad:
             raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
-        raise_pending(self._backend)
+        raise_pending(self._backend, None)  # not a host read: allowed inside a capture
         return self._data.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
@@ -308,11 +308,11 @@ class Tensor:
         if self._data.size != 1:
             raise RuntimeError(f"item(): a Tensor with {self._data.size} elements cannot be converted to a Python "
                                f"scalar (shape {list(self._data.shape)})")
-        raise_pending(self._backend)  # also float(), int(), bool(), index()
+        raise_pending(self._backend, "Tensor.item()")  # also float(), int(), bool(), index(), format()
         return self._data.reshape(()).item()
 
     def tolist(self):
-        raise_pending(self._backend)
+        raise_pending(self._backend, "Tensor.tolist()")
         return self._backend.to_host(self._data).tolist()
 
     def __float__(self):
@@ -354,7 +354,7 @@ class Tensor:
             be = get_backend(device)
             if be is not out._backend:
                 if be.name == "cpu":
-                    raise_pending(out._backend)
+                    raise_pending(out._backend, "Tensor.cpu() (a copy to the host)")
                 out = ToDevice.apply(out, source=out._backend, target=be)
         return out.clone() if copy and out is self else out
 
@@ -420,7 +420,7 @@ class Tensor:
         return self.copy_(_make(z, self._backend))
 
     def __repr__(self):
-        raise_pending(self._backend)
+        raise_pending(self._backend, "printing a tensor")
         host = self._backend.to_host(self._data)
         finite = host[np.isfinite(host)] if host.dtype.kind == "f" else host
         whole = host.dtype.kind != "f" or bool(np.all(finite == np.round(finite)))

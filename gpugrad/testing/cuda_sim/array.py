@@ -106,6 +106,7 @@ def new(a, what):
     if a.nbytes:
         _state.alloc(a.nbytes, what)
         _state.pool_used[0] += a.nbytes
+        _state.register(_np_root(a), _state.current_device())
     x = make(a, _state.current_device())
     if a.nbytes:
         weakref.finalize(x, _release, a.nbytes)
@@ -307,7 +308,7 @@ class ndarray:
             return make(self._a[key], self._dev, self if self._base is None else self._base)
         unwrap(self)  # a gather kernel: on the array's device
         if mask:
-            _state.sync("boolean-mask indexing (the result's size lives on the device)")
+            _state.read_back("boolean-mask indexing (the result's size lives on the device)")
         key, src = _wrap_index(key, self.shape), self._a
         out = np.asarray(src[key])
         result = new(out, "getitem")
@@ -320,7 +321,7 @@ class ndarray:
             raise _device_error(self._dev)
         value = unwrap(value)
         if mask and isinstance(value, np.ndarray) and value.size > 1:
-            _state.sync("boolean-mask assignment of an array (its count lives on the device)")
+            _state.read_back("boolean-mask assignment of an array (its count lives on the device)")
         key, dst = (_wrap_index(key, self.shape) if advanced else key), self._a
         _state.run("setitem", lambda: dst.__setitem__(key, value))
 
@@ -349,7 +350,7 @@ class ndarray:
         return functions.take(self, indices, axis=axis, out=out)
 
     def nonzero(self):
-        _state.sync("nonzero (the result's size lives on the device)")
+        _state.read_back("nonzero (the result's size lives on the device)")
         return _call_method(self, "nonzero", (), {})
 
     def scatter_add(self, slices, value):
