@@ -354,7 +354,7 @@ class Tensor:
             be = get_backend(device)
             if be is not out._backend:
                 if be.name == "cpu":
-                    raise_pending(out._backend, "Tensor.cpu() (a copy to the host)")
+                    raise_pending(out._backend, "copying a tensor to the CPU (Tensor.cpu(), .to('cpu'))")
                 out = ToDevice.apply(out, source=out._backend, target=be)
         return out.clone() if copy and out is self else out
 
