@@ -10,9 +10,9 @@
 
 Capture runs on a non-default stream (CuPy refuses the legacy default stream) with a private memory pool, so the
 buffers the graph points at are never handed to anyone else; the graph keeps them until ``reset()``. Inside the
-block nothing may make the host wait (``.item()``, printing), copy from pageable host memory, or allocate outside
-the pool: each raises an error naming the op. Run a few steps eagerly before capturing, as with PyTorch, so that
-lazily made state (optimizer buffers, gradient buffers, compiled kernels) exists before capture.
+block nothing may make the host wait (``.item()``, printing) or copy host data to the device, and no state may be
+made lazily: gpugrad refuses each itself, naming the op (backend/capture.py). Run a few steps eagerly before
+capturing, as with PyTorch, so that lazily made state (optimizer buffers, gradient buffers, compiled kernels) exists.
 """
 from __future__ import annotations
 

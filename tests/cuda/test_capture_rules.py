@@ -270,3 +270,32 @@ def test_the_benchs_graphed_step_equals_its_eager_step():
         assert graphed == eager
     else:
         np.testing.assert_allclose(graphed, eager, rtol=1e-5)
+
+
+class _TorchLikeProducer:
+    """What CuPy's consumer side hands a CUDA producer such as a torch CUDA tensor: the stream it asks for."""
+
+    def __init__(self, array):
+        self.array, self.streams = array, []
+
+    def __dlpack_device__(self):
+        return 2, 0
+
+    def __dlpack__(self, *, stream=None):  # an older producer: no max_version, CuPy retries without it
+        self.streams.append(stream)
+        return self.array.__dlpack__(stream=stream)
+
+
+@needs_sim
+def test_dlpack_consumers_pass_their_stream_and_producers_check_it(cp):
+    x = cp.arange(3, dtype=np.float32)
+    producer = _TorchLikeProducer(x)
+    assert cp.from_dlpack(producer) is x and producer.streams == [1]  # the legacy stream, as 1
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        cp.from_dlpack(producer)
+    assert producer.streams[-1] == s.ptr
+    with pytest.raises(ValueError, match="valid stream for the DLPack protocol"):
+        x.__dlpack__(stream=-2)
+    t = gpugrad.from_dlpack(producer)  # gpugrad's consumer goes through CuPy's
+    np.testing.assert_array_equal(t.cpu().numpy(), np.arange(3))

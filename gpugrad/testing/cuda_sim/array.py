@@ -8,6 +8,7 @@ current device, as a kernel launch on another GPU would fail. Integer-array indi
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 
 import numpy as np
@@ -212,6 +213,15 @@ class ndarray:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         # NOTE: no PyCapsule: a real one would say where the memory is, the host. Only the simulator's from_dlpack
         # reads this; NumPy and torch refuse it (TypeError), as their CPU builds refuse a CUDA capsule.
+        # The consumer's stream, as CuPy checks it (cupy/_core/core.pyx, ndarray.__dlpack__): None is the legacy
+        # stream, 0 is taken for it with a warning (PyTorch sends 0), anything below -1 is refused.
+        if isinstance(stream, int) and stream < -1:
+            raise ValueError(f"On CUDA, the valid stream for the DLPack protocol is -1, 1, 2, or any larger value, "
+                             f"but {stream} was provided")
+        if stream == 0:
+            warnings.warn("Stream 0 is passed from a library that you are converting to; CuPy assumes 0 as a legacy "
+                          "default stream. Please report this problem to the library as this violates the DLPack "
+                          "protocol.")
         return ("cuda_sim", self)
 
     # ---- host conversions: explicit ones work and count a sync; implicit ones raise as in CuPy ----------------

@@ -209,10 +209,21 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocki
 
 
 def from_dlpack(array, *, device=None, copy=None):
-    """Zero copy from a DLPack producer on the simulated device (see ndarray.__dlpack__)."""
-    got = array.__dlpack__(stream=None) if array.__dlpack_device__()[0] == 2 else None
+    """Zero copy from a DLPack producer on the simulated device (see ndarray.__dlpack__). As CuPy's consumer side
+    (cupy/_core/dlpack.pyx, from_dlpack), a CUDA producer is handed the current stream (the legacy one as 1) and
+    max_version, falling back to ``__dlpack__(stream=)`` for producers that take no more."""
+    got = None
+    if array.__dlpack_device__()[0] == 2:  # kDLCUDA
+        stream = _state.current_stream_ptr() or 1
+        try:
+            got = array.__dlpack__(stream=stream, max_version=(1, 1), copy=copy)
+        except TypeError:
+            if copy is not None:
+                raise
+            got = array.__dlpack__(stream=stream)
     if type(got) is not tuple or got[0] != "cuda_sim":
-        raise BufferError("cupy.from_dlpack (gpugrad cuda_sim): only simulated-device producers are supported")
+        raise BufferError("cupy.from_dlpack (gpugrad cuda_sim): only simulated-device producers are supported (a "
+                          "torch CUDA tensor's capsule needs a GPU)")
     return got[1].copy() if copy else got[1]
 
 
