@@ -82,13 +82,17 @@ _library = []
 def library():
     """libcublas with gpugrad's signatures set (the simulator's stand-in on the simulated device)."""
     if not _library:
-        lib = cuda.cublas_library(_load_libcublas)
-        for name, params in SIGNATURES.items():
-            fn = getattr(lib, name)
-            if isinstance(fn, ctypes._CFuncPtr):
-                fn.argtypes, fn.restype = [t for _, t in params], ctypes.c_int
-        _library.append(lib)
+        _library.append(declare(cuda.cublas_library(_load_libcublas)))
     return _library[0]
+
+
+def declare(lib):
+    """``lib`` with :data:`SIGNATURES` set on its ctypes functions (the stand-in takes Python ints as they are)."""
+    for name, params in SIGNATURES.items():
+        fn = getattr(lib, name)
+        if hasattr(fn, "argtypes"):
+            fn.argtypes, fn.restype = [t for _, t in params], ctypes.c_int
+    return lib
 
 
 def _load_libcublas():

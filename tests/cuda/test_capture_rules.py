@@ -299,3 +299,17 @@ def test_dlpack_consumers_pass_their_stream_and_producers_check_it(cp):
         x.__dlpack__(stream=-2)
     t = gpugrad.from_dlpack(producer)  # gpugrad's consumer goes through CuPy's
     np.testing.assert_array_equal(t.cpu().numpy(), np.arange(3))
+
+
+def test_dropout_captures_and_each_replay_draws_a_new_mask():
+    x = gpugrad.ones(256, device="cuda")
+    F.dropout(x, 0.5)  # warm-up: the device's generator exists before capture
+    g = gpugrad.cuda.CUDAGraph()
+    with gpugrad.cuda.graph(g):
+        y = F.dropout(x, 0.5)  # CuPy's Generator draws with its own kernels (RULES.md, rule 12)
+    g.replay()
+    first = y.cpu().numpy()
+    g.replay()
+    second = y.cpu().numpy()
+    assert set(np.unique(first)) <= {0.0, 2.0} and 0 < (first == 0).sum() < 256
+    assert not np.array_equal(first, second)

@@ -93,3 +93,6 @@ def test_the_wheels_libcublas_exports_every_function_gpugrad_calls():
     lib = ctypes.CDLL(str(found[0]))  # loading needs no GPU; calling would
     missing = [name for name in cublas.SIGNATURES if not hasattr(lib, name)]
     assert not missing, f"{found[0].name} lacks {missing}"
+    cublas.declare(lib)  # what the backend does with the library CuPy loaded
+    for name, params in cublas.SIGNATURES.items():
+        assert getattr(lib, name).argtypes == [t for _, t in params] and getattr(lib, name).restype is ctypes.c_int
