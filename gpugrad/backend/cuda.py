@@ -6,24 +6,49 @@ a CUDA device is asked for, so CPU-only installs never import it.
 from __future__ import annotations
 
 import functools
+import importlib
+import os
 
 import numpy as np
 
-from gpugrad.backend import Backend
-from gpugrad.backend.device import Device
+from gpugrad.backend import capture
+from gpugrad.backend.base import Backend
+from gpugrad.backend.device import Device, parse_device
 
 INSTALL_HINT = "install the CUDA extra: pip install 'gpugrad[cuda]' (CuPy for CUDA 13)"
+# The simulated device (tests without a GPU): GPUGRAD_CUDA_SIM=N (N devices) makes the backend import the module
+# GPUGRAD_CUDA_SIM_MODULE names (default gpugrad.testing.cuda_sim) and use its module() in place of cupy and its
+# cublas_library() in place of libcublas. The backend never imports test code otherwise.
+SIM_ENV, SIM_MODULE_ENV, SIM_MODULE = "GPUGRAD_CUDA_SIM", "GPUGRAD_CUDA_SIM_MODULE", "gpugrad.testing.cuda_sim"
+
+
+def simulator():
+    """The simulated-device module when ``GPUGRAD_CUDA_SIM`` asks for one, else None."""
+    if os.environ.get(SIM_ENV, "").strip() in ("", "0"):
+        return None
+    return importlib.import_module(os.environ.get(SIM_MODULE_ENV) or SIM_MODULE)
 
 
 def _import_cupy():
-    """CuPy, or the simulated device standing in for it when ``GPUGRAD_CUDA_SIM`` is set (tests without a GPU)."""
-    from gpugrad.testing import cuda_sim
-
-    if cuda_sim.enabled():
-        return cuda_sim.module()
-    import cupy
+    """CuPy, or the simulated device standing in for it."""
+    sim = simulator()
+    if sim is not None:
+        return sim.module()
+    import cupy  # NOTE: lazy, so that CPU-only installs never import CuPy
 
     return cupy
+
+
+def cublas_library(load):
+    """libcublas for gpugrad's own cuBLAS calls (backend/cublas.py): ``load()``'s on a GPU, where CuPy's cublas
+    module has loaded the library first; the simulator's stand-in on the simulated device."""
+    cupy_module()
+    sim = simulator()
+    if sim is not None:
+        return sim.cublas_library()
+    import cupy_backends.cuda.libs.cublas  # noqa: F401  NOTE: lazy, as CuPy: loading it loads CuPy's libcublas
+
+    return load()
 
 
 # A kernel written two ways CuPy compiles them: a RawModule (NVRTC on our source) and an ElementwiseKernel (NVRTC
@@ -54,8 +79,6 @@ def _why_kernels_fail(e: Exception) -> str:
 
 def _check_kernels(cupy) -> str:
     """'' when a trivial kernel compiles and runs correctly on device 0, else why not and the fix."""
-    import numpy as np
-
     try:
         with cupy.cuda.Device(0):
             x = cupy.arange(4, dtype=np.float32)
@@ -105,8 +128,6 @@ def unavailable_reason() -> str:
 
 
 def _index(device) -> int:
-    from gpugrad.backend.device import parse_device
-
     return 0 if device is None else device if isinstance(device, int) else parse_device(device).index
 
 
@@ -116,14 +137,13 @@ def get_device_name(device=None) -> str:
     return name.decode() if isinstance(name, bytes) else name
 
 
-def synchronize(device=None) -> None:
-    """Wait for all work queued on the device, as torch.cuda.synchronize."""
+def synchronize_device(device=None) -> int:
+    """Wait for all work queued on the device; returns its index (gpugrad.cuda.synchronize then raises the
+    device-side checks that failed)."""
     cupy = cupy_module()
     with cupy.cuda.Device(_index(device)) as d:
         d.synchronize()
-    from gpugrad.backend import deferred, get_backend  # lazy, as the rest of this module's gpugrad imports
-
-    deferred.raise_pending(get_backend(Device("cuda", _index(device))))  # device-side checks fail here at the latest
+    return d.id
 
 
 def cupy_module():
@@ -152,17 +172,21 @@ class CudaBackend(Backend):
         # current device, so cuda:1 work must make device 1 current (CuPy's Device contexts nest).
         self.device_scope = cupy.cuda.Device(device.index)
 
+    def to_host(self, array, what="backend.to_host") -> np.ndarray:
+        capture.refuse_sync(what)
+        self.before_host_read(self)  # every host read raises the device's failed range checks first
+        return self._cupy.asnumpy(array)
+
     def asarray(self, data, dtype=None):
+        if capture.CAPTURING and not isinstance(data, self.array_type):
+            raise capture.refusal("copying host data to the device (backend.asarray)",
+                                  "a host-to-device copy would be replayed from memory the host reuses")
         with self._cupy.cuda.Device(self.device.index):
             return self._cupy.asarray(data, dtype=dtype)
 
-    def to_host(self, array) -> np.ndarray:
-        from gpugrad.backend import deferred
-
-        deferred.raise_pending(self)  # every host read raises the device's failed range checks first
-        return self._cupy.asnumpy(array)
-
     def accumulate_(self, acc, g):
-        from gpugrad.backend import kernels
+        return self.kernels.accumulate_(self.xp, acc, g)
 
-        return kernels.accumulate_(self.xp, acc, g)
+    @staticmethod
+    def before_host_read(backend):
+        """Set by backend/deferred.py (which sits above this module): raises the failed device-side checks."""

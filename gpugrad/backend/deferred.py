@@ -15,19 +15,22 @@ copy, only when a check ran on the device since the host last looked. On the CPU
 
 Messages are ``str.format`` templates over ``lo`` and ``hi`` (the ids' min and max) and ``bad`` (lo if negative,
 else hi), so the CPU and CUDA errors read the same.
-NOTE: a CUDA graph replays the check kernels without running this module's Python: whoever replays a graph that
-contains checks calls :func:`arm` for its device, so that the next read looks at the status words.
+NOTE: a CUDA graph replays the check kernels without running this module's Python: the next read after a replay on
+a device looks at its status words (graphs.py counts replays per device in ``capture.REPLAYS``).
+Inside a capture the status words must already exist (a warm-up step made them), and a host read is refused.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from gpugrad.backend import backend_of, kernels, on
+from gpugrad.backend import backend_of, capture, cuda, get_backend, kernels, on
+from gpugrad.backend.device import Device
 
 _status: dict = {}  # CUDA device index -> its status words (int64, kernels.STATUS_WORDS), all 0 unless a check failed
 _armed: set = set()  # device indices where a check was queued since the host last read the words
 _sites: dict = {}  # (error type, message) -> site id, the kernels' name for a check (0 means "no failure")
 _errors: list = [None]  # site id -> (error type, message)
+_replays_seen: dict = {}  # CUDA device index -> capture.REPLAYS there when the host last looked
 
 
 def fused_check(ids, n, error, message):
@@ -55,22 +58,27 @@ def arm(be):
     index = be.device.index
     status = _status.get(index)
     if status is None:  # NOTE: made once and kept, so the kernels can count blocks in it across launches
+        capture.refuse_missing("a device-side range check", f"the status words of {be.device}")
         with on(be):
             status = _status[index] = be.xp.zeros(kernels.STATUS_WORDS, np.int64)
     _armed.add(index)
     return status
 
 
-def rearm(index):
-    """After a CUDA-graph replay on device ``index``: its check kernels ran again, so the next read looks."""
-    if index in _status:
-        _armed.add(index)
-
-
-def raise_pending(be):
+def raise_pending(be, what="reading a CUDA tensor on the host"):
     """Raise the first range check that failed on ``be``'s device since the last look (and clear it). Called by
-    every host read: without a check queued since the last look it costs nothing (no sync)."""
-    if be.name == "cpu" or be.device.index not in _armed:
+    every host read (``what``, refused inside a capture; None: not a read of values): without a check queued or a graph replayed since the last
+    look it costs nothing (no sync)."""
+    if be.name == "cpu":
+        return
+    if what is not None:
+        capture.refuse_sync(what)
+    index = be.device.index
+    replays = capture.REPLAYS.get(index, 0)
+    if index in _status and replays != _replays_seen.get(index, 0):  # its check kernels ran again
+        _replays_seen[index] = replays
+        _armed.add(index)
+    if index not in _armed:
         return
     _armed.discard(be.device.index)
     status = _status[be.device.index]
@@ -94,3 +102,13 @@ def _site(error, message):
 
 def _error(error, message, lo, hi):
     return error(message.format(lo=lo, hi=hi, bad=lo if lo < 0 else hi))
+
+
+def synchronize(device=None) -> None:
+    """Wait for all work queued on the device, as torch.cuda.synchronize; its failed range checks raise here at
+    the latest."""
+    capture.refuse_sync("gpugrad.cuda.synchronize()")
+    raise_pending(get_backend(Device("cuda", cuda.synchronize_device(device))))
+
+
+cuda.CudaBackend.before_host_read = staticmethod(raise_pending)  # the backend sits below this module

@@ -10,27 +10,14 @@
 
 Capture runs on a non-default stream (CuPy refuses the legacy default stream) with a private memory pool, so the
 buffers the graph points at are never handed to anyone else; the graph keeps them until ``reset()``. Inside the
-block nothing may make the host wait (``.item()``, printing), copy from pageable host memory, or allocate outside
-the pool: each raises an error naming the op. Run a few steps eagerly before capturing, as with PyTorch, so that
-lazily made state (optimizer buffers, gradient buffers, compiled kernels) exists before capture.
+block nothing may make the host wait (``.item()``, printing) or copy host data to the device, and no state may be
+made lazily: gpugrad refuses each itself, naming the op (backend/capture.py). Run a few steps eagerly before
+capturing, as with PyTorch, so that lazily made state (optimizer buffers, gradient buffers, compiled kernels) exists.
 """
 from __future__ import annotations
 
-CAPTURING: list = []  # the graph() contexts being captured (innermost last); ops name themselves in errors
-
-
-def capture_error(what: str, error: Exception) -> RuntimeError:
-    return RuntimeError(
-        f"{what} cannot be captured into a CUDA graph: {error}. Inside gpugrad.cuda.graph() every op must queue "
-        "device work only: read values (.item(), printing, .cpu()) after replay(), copy new inputs into the static "
-        "tensors with copy_() before replay(), and run a few steps before capturing so optimizer and gradient "
-        "buffers exist")
-
-
-def _cupy():
-    from gpugrad.backend.cuda import cupy_module
-
-    return cupy_module()
+from gpugrad.backend import cuda
+from gpugrad.backend.capture import CAPTURING, REPLAYS, capture_error  # noqa: F401  (ops name themselves in errors)
 
 
 class CUDAGraph:
@@ -38,21 +25,22 @@ class CUDAGraph:
 
     def __init__(self):
         self._graph = self._pool = self._device = None
+        self._keep = []  # memory the graph uses beyond its pool's tensors (the cuBLAS workspace)
 
     def replay(self):
         if self._graph is None:
             raise RuntimeError("CUDAGraph.replay(): nothing has been captured; capture with "
                                "`with gpugrad.cuda.graph(g): ...` first")
-        from gpugrad.backend import deferred
-
-        cupy = _cupy()
+        cupy = cuda.cupy_module()
         with cupy.cuda.Device(self._device):
             self._graph.launch(stream=cupy.cuda.get_current_stream())
-        deferred.rearm(self._device)  # range checks inside the graph ran again without their Python
+        # NOTE: range checks inside the graph ran again without their Python: the next host read looks at them
+        REPLAYS[self._device] = REPLAYS.get(self._device, 0) + 1
 
     def reset(self):
         """Drop the graph and its memory pool (tensors made during capture must not be used afterwards)."""
         self._graph = self._pool = None
+        self._keep = []
 
     def pool(self):
         """The graph's private memory pool: pass it to another ``graph(..., pool=)`` to share memory."""
@@ -60,15 +48,26 @@ class CUDAGraph:
 
 
 class graph:
-    """``with gpugrad.cuda.graph(g, pool=None, stream=None):`` captures the block into ``g`` (torch.cuda.graph)."""
+    """``with gpugrad.cuda.graph(g, pool=None, stream=None):`` captures the block into ``g`` (torch.cuda.graph).
+
+    An error raised inside the block is the one that propagates: CUDA then also fails to end the capture (it was
+    invalidated), and that error is attached to it as a note."""
 
     def __init__(self, cuda_graph: CUDAGraph, pool=None, stream=None):
         if not isinstance(cuda_graph, CUDAGraph):
             raise TypeError(f"graph(): expected a gpugrad.cuda.CUDAGraph, got {type(cuda_graph).__name__}")
         self.cuda_graph, self.pool, self.stream = cuda_graph, pool, stream
+        self._kept = {}
+
+    def keep_alive(self, key, make):
+        """``make()``'s result, made once per capture and ``key``, kept alive by the graph (made inside the capture,
+        so from the graph's pool)."""
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]
 
     def __enter__(self):
-        cupy = _cupy()
+        cupy = cuda.cupy_module()
         device = cupy.cuda.Device()
         device.synchronize()  # work queued before the block must not end up in the graph
         self.stream = self.stream or cupy.cuda.Stream(non_blocking=True)
@@ -93,8 +92,15 @@ class graph:
         CAPTURING.remove(self)
         try:
             captured = self.stream.end_capture()  # also after an error: the stream must stop capturing
+        except Exception as end_error:
+            if exc is None:
+                raise
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(f"(ending the capture then failed too: {type(end_error).__name__}: {end_error})")
+            return False
         finally:
             self._leave()
         if exc_type is None:
-            self.cuda_graph._graph, self.cuda_graph._pool = captured, self.pool
+            g = self.cuda_graph
+            g._graph, g._pool, g._keep = captured, self.pool, list(self._kept.values())
         return False

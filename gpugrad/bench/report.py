@@ -146,7 +146,8 @@ def _format_kernels(result):
 
 def _format_matmul(result):
     mm = result["matmul"]
-    return [f"\nmatmul (xp.matmul, float32); peak {mm['peak']['gflops']:.1f} GFLOP/s at {mm['peak']['name']}:",
+    return [f"\nmatmul (gpugrad's: its own cuBLAS calls on CUDA, NumPy on the CPU; float32); peak "
+            f"{mm['peak']['gflops']:.1f} GFLOP/s at {mm['peak']['name']}:",
             _table(["matmul", "m x n x k", "time", "GFLOP/s", "of peak"],
                    [[r["name"], f"{r['m']}x{r['n']}x{r['k']}", fmt_time(r["median_s"]), f"{r['gflops']:.1f}",
                      f"{r['fraction_of_peak']:.2f}"] for r in mm["cases"]], "<>>>>")]

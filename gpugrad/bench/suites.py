@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from gpugrad.backend import get_backend, reference
+from gpugrad.backend import cublas, get_backend, reference
 from gpugrad.bench.timing import Timing, timer_for
 
 IMPLS = ("kernel", "baseline", "torch")
@@ -490,7 +490,9 @@ def mlp_matmuls(batch, width=1024):
 def matmul_workload(case, impl, inputs):
     be, xp = inputs.backend, inputs.xp
     a, b = case.operands(inputs)
-    if impl in ("kernel", "baseline"):  # gpugrad's matmul *is* xp.matmul (BLAS / cuBLAS): one implementation
+    if impl == "kernel" and be.name == "cuda":  # gpugrad's own cuBLAS calls (capturable); the baseline is CuPy's
+        return lambda: cublas.matmul(a, b)
+    if impl in ("kernel", "baseline"):  # on the CPU gpugrad's matmul *is* xp.matmul (BLAS)
         return lambda: xp.matmul(a, b)
     th, dev = torch_for(be)
     if th is None:

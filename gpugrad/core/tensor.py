@@ -39,7 +39,7 @@ class TensorBase:
 
     def __reduce__(self):
         # Pickle/deepcopy by value: host data, device and flags (the backend holds modules, which do not pickle).
-        raise_pending(self._backend)  # reads of a device raise its failed device-side checks (backend/deferred.py)
+        raise_pending(self._backend, "pickling a tensor")  # reads raise the device's failed checks (deferred.py)
         return _rebuild, (type(self), self._backend.to_host(self._data), str(self.device), self._requires_grad)
 
     @staticmethod
@@ -127,7 +127,7 @@ class TensorBase:
         """The CPU tensor's array (shared memory); ``force=True`` copies from any device, as torch."""
         if not force and self._requires_grad_now():
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        raise_pending(self._backend)
+        raise_pending(self._backend, "Tensor.numpy()")
         return self._backend.to_host(self._data) if force else self.__array__()
 
     def __array__(self, dtype=None, copy=None):
@@ -149,7 +149,7 @@ class TensorBase:
         ``cupy.from_dlpack``."""
         if self._requires_grad_now():
             raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
-        raise_pending(self._backend)
+        raise_pending(self._backend, None)  # not a host read: allowed inside a capture
         return self._data.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
@@ -163,11 +163,11 @@ class TensorBase:
         if self._data.size != 1:
             raise RuntimeError(f"item(): a Tensor with {self._data.size} elements cannot be converted to a Python "
                                f"scalar (shape {list(self._data.shape)})")
-        raise_pending(self._backend)  # also float(), int(), bool(), index()
+        raise_pending(self._backend, "Tensor.item()")  # also float(), int(), bool(), index(), format()
         return self._data.reshape(()).item()
 
     def tolist(self):
-        raise_pending(self._backend)
+        raise_pending(self._backend, "Tensor.tolist()")
         return self._backend.to_host(self._data).tolist()
 
     def __float__(self):

@@ -14,7 +14,8 @@ import sys
 import threading
 import time
 
-from gpugrad.backend.device import Device
+from gpugrad.backend import cuda, get_backend
+from gpugrad.backend.device import Device, parse_device
 
 INSTALL_HINT = ("CuPy's NCCL bindings need the NCCL library: pip install 'nvidia-nccl-cu13>=2.27.7,<3' (with "
                 "gpugrad[cuda])")
@@ -28,14 +29,12 @@ def nccl_module(cupy):
     """``cupy.cuda.nccl`` of the CuPy in use (the simulated device brings its own, for one rank)."""
     if getattr(cupy, "simulated", False):
         return cupy.cuda.nccl
-    from cupy.cuda import nccl
+    from cupy.cuda import nccl  # NOTE: lazy, as CuPy itself: it loads libnccl
 
     return nccl
 
 
 def nccl_available() -> bool:
-    from gpugrad.backend import cuda
-
     if not cuda.is_available():
         return False
     try:
@@ -46,13 +45,16 @@ def nccl_available() -> bool:
 
 class NcclComm:
     def __init__(self, mpi, device_id, group):
-        from gpugrad.backend import cuda, get_backend
-        from gpugrad.backend.device import parse_device
-
         if not cuda.is_available():
             raise RuntimeError(f"init_process_group('nccl') needs a CUDA device: {cuda.unavailable_reason()}")
-        if device_id is None:  # the local rank picks a GPU (ranks share GPUs when there are fewer)
-            device_id = group.local_rank % cuda.device_count()
+        here = group.peers[group.rank][0]
+        local, gpus = sum(host == here for host, _ in group.peers), cuda.device_count()
+        if local > gpus:  # NOTE: NCCL 2.12+ refuses two ranks of one communicator on one GPU ("Duplicate GPU")
+            raise RuntimeError(f"init_process_group('nccl'): {local} ranks on {here} but {gpus} CUDA device(s): NCCL "
+                               "needs one GPU per rank. Start at most one rank per GPU (mpiexec -n "
+                               f"{gpus}), or use the 'mpi' backend (CPU tensors) for more ranks than GPUs")
+        if device_id is None:  # the local rank picks its GPU
+            device_id = group.local_rank
         self.backend = be = get_backend(Device("cuda", device_id) if isinstance(device_id, int) else
                                         parse_device(device_id))
         self.device, self.cupy = be.device, be.xp
@@ -135,6 +137,10 @@ class _Watchdog:
         return pending
 
     def _run(self):
+        with self.comm.backend.device_scope:  # CUDA calls from this thread go to its rank's device
+            self._watch()
+
+    def _watch(self):
         while not self.halt.wait(self.period):
             try:
                 self.comm.comm.check_async_error()

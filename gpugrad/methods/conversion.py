@@ -34,7 +34,7 @@ class ConversionMethods:
             be = get_backend(device)
             if be is not out._backend:
                 if be.name == "cpu":
-                    raise_pending(out._backend)
+                    raise_pending(out._backend, "copying a tensor to the CPU (Tensor.cpu(), .to('cpu'))")
                 out = ToDevice.apply(out, source=out._backend, target=be)
         return out.clone() if copy and out is self else out
 

@@ -11,7 +11,7 @@ class PrintingMethods:
     __slots__ = ()
 
     def __repr__(self):
-        raise_pending(self._backend)
+        raise_pending(self._backend, "printing a tensor")
         host = self._backend.to_host(self._data)
         finite = host[np.isfinite(host)] if host.dtype.kind == "f" else host
         whole = host.dtype.kind != "f" or bool(np.all(finite == np.round(finite)))

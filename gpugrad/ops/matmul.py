@@ -1,12 +1,20 @@
-"""Matrix products (cuBLAS through CuPy on CUDA; BLAS through NumPy on the CPU)."""
+"""Matrix products (cuBLAS called by gpugrad on CUDA, capturable in a CUDA graph: backend/cublas.py; BLAS through
+NumPy on the CPU). Each op's math is written once over a product function ``mm``: ``xp.matmul`` on the CPU and on
+Tensors (create_graph), ``cublas.matmul`` on CUDA."""
 from __future__ import annotations
 
 import math
 
+from gpugrad.backend import cublas, kernels
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
 from gpugrad.core.tensor import as_operand
 from gpugrad.ops.kernel_op import KernelOp
+
+
+def _gemm(impl, xp):
+    """The product a KernelOp's ``impl`` computes with: gpugrad's cuBLAS path with the CUDA kernels."""
+    return cublas.matmul if impl is kernels else xp.matmul
 
 
 def _mT(xp, a):
@@ -24,6 +32,24 @@ class Matmul(Op):
     double_backward = batched_jvp = True
 
     def forward(self, xp, a, b):
+        return self._forward(xp.matmul, a, b)
+
+    def forward_cuda(self, xp, a, b):
+        return self._forward(cublas.matmul, a, b)
+
+    def backward(self, xp, gy):
+        return self._backward(xp, xp.matmul, gy)
+
+    def backward_cuda(self, xp, gy):
+        return self._backward(xp, cublas.matmul, gy)
+
+    def jvp(self, xp, ins, out, ts):
+        return self._jvp(xp, xp.matmul, ins, ts)
+
+    def jvp_cuda(self, xp, ins, out, ts):
+        return self._jvp(xp, cublas.matmul, ins, ts)
+
+    def _forward(self, mm, a, b):
         if a.ndim == 0 or b.ndim == 0:
             raise ValueError(f"matmul: both operands need at least one dimension, got shapes {a.shape} and {b.shape}")
         if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
@@ -36,9 +62,9 @@ class Matmul(Op):
         self.save_for_backward(a if rb else None, b if ra else None)
         if a.ndim > 2 or b.ndim > 2:
             self.private_saved = _torch_copies(a, b, ra, rb)
-        return xp.matmul(a, b)
+        return mm(a, b)
 
-    def backward(self, xp, gy):
+    def _backward(self, xp, mm, gy):
         a, b = self.saved
         if self.b_vec:
             gy = xp.expand_dims(gy, -1)
@@ -47,23 +73,23 @@ class Matmul(Op):
         ga = gb = None
         if b is not None:
             b2 = xp.expand_dims(b, -1) if self.b_vec else b
-            ga = xp.matmul(gy, _mT(xp, b2))
+            ga = mm(gy, _mT(xp, b2))
             ga = xp.squeeze(ga, -2) if self.a_vec else ga
         if a is not None:
             a2 = xp.expand_dims(a, -2) if self.a_vec else a
-            gb = xp.matmul(_mT(xp, a2), gy)
+            gb = mm(_mT(xp, a2), gy)
             gb = xp.squeeze(gb, -1) if self.b_vec else gb
         return ga, gb
 
-    def jvp(self, xp, ins, out, ts):  # the product rule: ta @ b + a @ tb
+    def _jvp(self, xp, mm, ins, ts):  # the product rule: ta @ b + a @ tb
         (a, b), (ta, tb) = ins, ts
-        da = xp.matmul(ta, b) if ta is not None else None  # a batch of B tangents (B, *a.shape) broadcasts as is
+        da = mm(ta, b) if ta is not None else None  # a batch of B tangents (B, *a.shape) broadcasts as is
         db = None
         if tb is not None:
             if self.b_vec and tb.ndim > 1:  # B vector tangents (B, k): matmul would read them as a (B, k) matrix
-                db = xp.matmul(tb, a) if self.a_vec else xp.squeeze(xp.matmul(a, xp.expand_dims(tb, -1)), -1)
+                db = mm(tb, a) if self.a_vec else xp.squeeze(mm(a, xp.expand_dims(tb, -1)), -1)
             else:
-                db = xp.matmul(a, tb)
+                db = mm(a, tb)
         return db if da is None else da if db is None else da + db
 
     @staticmethod
@@ -144,7 +170,7 @@ class Linear(KernelOp):
         self._name = "AddmmBackward0" if b is not None else "MmBackward0"
         ng = self.needs_input_grad
         self.save_for_backward(x if ng[1] else None, w if ng[0] else None)
-        y = xp.matmul(x, w.T)
+        y = _gemm(impl, xp)(x, w.T)
         if b is not None:
             y += b  # y is a fresh product: adding in place saves a temporary the size of the output
         return y
@@ -156,8 +182,9 @@ class Linear(KernelOp):
         # gx / gw, and gb the column sums of gy).
         rows = math.prod(gy.shape[:-1])
         gy2 = gy.reshape(rows, gy.shape[-1])
-        gx = xp.matmul(gy, w) if ng[0] else None
-        gw = xp.matmul(gy2.T, x.reshape(rows, x.shape[-1])) if ng[1] else None
+        mm = _gemm(impl, xp)
+        gx = mm(gy, w) if ng[0] else None
+        gw = mm(gy2.T, x.reshape(rows, x.shape[-1])) if ng[1] else None
         gb = impl.sum_rows(xp, gy2) if len(ng) > 2 and ng[2] else None
         return (gx, gw, gb) if len(ng) > 2 else (gx, gw)
 
@@ -168,9 +195,10 @@ class Linear(KernelOp):
         x, w = ins[:2]
         tx, tw = ts[:2]
         tb = ts[2] if len(ts) > 2 else None
-        dy = xp.matmul(tx, xp.swapaxes(w, -1, -2)) if tx is not None else None
+        mm = _gemm(impl, xp)
+        dy = mm(tx, xp.swapaxes(w, -1, -2)) if tx is not None else None
         if tw is not None:
-            d = xp.matmul(x, xp.swapaxes(tw, -1, -2))
+            d = mm(x, xp.swapaxes(tw, -1, -2))
             dy = d if dy is None else dy + d
         if tb is not None:
             dy = tb if dy is None else dy + tb

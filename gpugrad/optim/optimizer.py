@@ -19,7 +19,7 @@ import numpy as np
 
 from gpugrad.core.grad_mode import enable_grad, no_grad
 from gpugrad.backend import backend_of, on
-from gpugrad.backend import graphs as _graphs
+from gpugrad.backend import capture as _capture
 from gpugrad.backend.reference import float16_params_error
 from gpugrad._tensor import Tensor
 
@@ -169,8 +169,8 @@ class Optimizer:
                             self._update(be, ps, [self.state.setdefault(p, {}) for p in ps], group,
                                          self._device_hyper(gi, be))
                     except Exception as e:
-                        if _graphs.CAPTURING:  # e.g. state made lazily inside capture: warm up first
-                            raise _graphs.capture_error(f"{type(self).__name__}.step()", e) from e
+                        if _capture.CAPTURING:  # the refusals below name the step already; others get its name
+                            raise _capture.capture_error(self._step_name(), e) from e
                         raise
                     for p in ps:  # a graph that saved p before this step must not backprop through new values
                         p._version_counter[0] += 1
@@ -185,12 +185,22 @@ class Optimizer:
             with on(be):
                 self._device_hyper(gi, be)
 
+    def _step_name(self):
+        return f"{type(self).__name__}.step()"
+
     def _device_hyper(self, gi, be):
         values = tuple([float(v) for v in self._hyper_values(self.param_groups[gi])])
         entry = self._hyper.get((gi, be))
         if entry is None:  # the group's first step on this device: one allocation
+            _capture.refuse_missing(self._step_name(), f"the device copy of parameter group {gi}'s options on "
+                                                       f"{be.device}")
             entry = self._hyper[gi, be] = [values, be.asarray(np.array(values, np.float64))]
         elif entry[0] != values:
+            if _capture.CAPTURING:  # the copy would be recorded: every replay would write these values back
+                raise _capture.refusal(self._step_name(), f"parameter group {gi}'s options changed since they were "
+                                       f"last copied to the device ({entry[0]} -> {values}); change options between "
+                                       "replays (the LR schedulers do, calling refresh_hyperparameters()), not inside"
+                                       " the capture")
             be.kernels.set_hyper_(be.xp, entry[1], np.array(values, np.float64))
             entry[0] = values
         return entry[1]
@@ -208,20 +218,23 @@ class Optimizer:
     def _update(self, be, params, states, group, hyper):
         raise NotImplementedError
 
-    @staticmethod
-    def _zeros(p, value=0):
+    def _zeros(self, p, value=0):
+        """A new state buffer for ``p``. NOTE: inside a capture it would be a recorded fill, so every replay would
+        reset it (CuPy captures fills and memsets): refused."""
+        _capture.refuse_missing(self._step_name(), f"the state of a parameter of shape {tuple(p.shape)}")
         return p._backend.xp.full(p.shape, value, dtype=p.dtype)  # C-contiguous: the kernels update it in place
 
     def _ticket(self, be):
         """The block counter of the kernels that advance step counts on ``be``'s device."""
         if be not in self._tickets:
+            _capture.refuse_missing(self._step_name(), f"the step-count ticket on {be.device}")
             self._tickets[be] = be.xp.zeros(1, np.uint32)
         return self._tickets[be]
 
-    @staticmethod
-    def _count(be, st):
+    def _count(self, be, st):
         """``st["step"]`` as the int64 0-d array on the device that the kernels advance (new or loaded: a number)."""
         if not isinstance(st["step"], be.array_type):
+            _capture.refuse_missing(self._step_name(), "the step count of a parameter on the device")
             st["step"] = be.asarray(np.array(int(st["step"]), np.int64))
         return st["step"]
 

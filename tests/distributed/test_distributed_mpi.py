@@ -215,6 +215,19 @@ def test_nccl_group_and_ddp_buckets_on_the_gpu(tmp_path):
         assert got["syncs"] == 0  # the buckets are waited for on the device: backward never blocks the host
 
 
+def test_nccl_with_more_ranks_than_gpus_refuses_before_any_communicator(tmp_path):
+    """Two ranks on one (simulated) GPU: NCCL 2.12+ would refuse a shared GPU ("Duplicate GPU detected"), so gpugrad
+    refuses first, pointing to the "mpi" backend; no communicator is made."""
+    env = dict(_env(), GPUGRAD_CUDA_SIM="1")
+    env.pop("GPUGRAD_DEVICE")
+    proc = subprocess.run([MPIEXEC, "-launcher", "fork", "-n", "2", sys.executable, str(WORKER), "nccl", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "init_process_group('nccl'): 2 ranks on" in proc.stderr and "but 1 CUDA device(s)" in proc.stderr
+    assert "use the 'mpi' backend" in proc.stderr and "NcclError" not in proc.stderr
+    assert not list(tmp_path.glob("*.json"))
+
+
 @pytest.mark.gpu
 def test_train_distributed_on_the_gpu_matches_one_process(tmp_path):
     import gpugrad.distributed as dist

@@ -29,7 +29,11 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # promotion, creation functions, generators, DLPack (~495); losses with weights/ignore_index/label smoothing/probability
 # targets, BatchNorm, containers, hooks, nn.utils, exact GELU/erf (~740); RMSprop, Adagrad, amsgrad, 15 schedulers,
 # torch's param_groups and state_dict, utils.data with worker processes, save/load without pickle (~1,070).
-BUDGETS = {"library": 9900, "tooling": 2420, "testing": 1730}
+# library 9900 -> 10100, testing 1730 -> 1910 (issue 18, a CUDA path real CuPy accepts, ~240 + ~180): gpugrad's own
+# cuBLAS GEMMs, the same path eager and captured (backend/cublas.py, ~150), its refusals inside a capture
+# (backend/capture.py and the optimizer's, ~60), NCCL's rank check; the simulator's CuPy 14.2 rules (transfers,
+# invalidated captures, library setStream, DLPack streams) and its libcublas stand-in (testing/cuda_sim/cublas.py).
+BUDGETS = {"library": 10100, "tooling": 2420, "testing": 1910}
 
 
 def code_lines(path: Path) -> int:

@@ -17,7 +17,7 @@ import types
 
 from gpugrad.testing.cuda_sim._state import SyncForbidden, counters, forbid_syncs, reset_counters, trace
 
-__all__ = ["module", "enabled", "requested_devices", "counters", "reset_counters", "trace", "forbid_syncs",
+__all__ = ["module", "cublas_library", "enabled", "requested_devices", "counters", "reset_counters", "trace", "forbid_syncs",
            "SyncForbidden"]
 
 ENV = "GPUGRAD_CUDA_SIM"
@@ -38,6 +38,10 @@ def enabled() -> bool:
     return requested_devices() > 0
 
 
+class PerformanceWarning(RuntimeWarning):
+    """cupy._util.PerformanceWarning: a RuntimeWarning, so pytest's error::RuntimeWarning makes it an error."""
+
+
 class _Module(types.ModuleType):
     def __getattr__(self, name):
         from gpugrad.testing.cuda_sim.namespace import load
@@ -47,6 +51,13 @@ class _Module(types.ModuleType):
             raise AttributeError(f"cupy.{name} exists in CuPy {ns['cupy_version']} but gpugrad's simulated device "
                                  "does not implement it (add it to gpugrad/testing/cuda_sim)")
         raise AttributeError(f"module 'cupy' has no attribute {name!r} (not in CuPy {ns['cupy_version']})")
+
+
+def cublas_library():
+    """The stand-in for libcublas that gpugrad's backend calls on the simulated device (cuda_sim/cublas.py)."""
+    from gpugrad.testing.cuda_sim import cublas
+
+    return cublas
 
 
 def module(devices: int | None = None) -> types.ModuleType:
@@ -74,6 +85,7 @@ def module(devices: int | None = None) -> types.ModuleType:
         m.RawModule, m.RawKernel, m.ElementwiseKernel = kernels.RawModule, kernels.RawKernel, kernels.ElementwiseKernel
         m.cuda, m.random = cuda.build(), random.build()
         m.__version__ = ns["cupy_version"]
+        m._util = types.SimpleNamespace(PerformanceWarning=PerformanceWarning)
         m.simulated = True
         _module = m
     return _module

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 
 import numpy as np
 
@@ -42,22 +43,46 @@ def _log(event, what):
 
 # ---- CUDA-graph capture: work is recorded, not run (as on a GPU), and replayed by Graph.launch -----------------
 capture = None  # the Capture being recorded, or None
+streams: list = []  # the cupy.cuda.Stream objects made current (innermost last; none: the legacy stream)
+
+
+def current_stream_ptr() -> int:
+    return streams[-1].ptr if streams else 0
 allocator = []  # allocators installed by cupy.cuda.using_allocator (innermost last)
 
 
 class Capture:
     """What a stream capture recorded: each launch as a closure that redoes it on the same buffers, and every
-    buffer allocated during capture (the graph's memory: it must outlive the graph)."""
+    buffer allocated during capture (the graph's memory: it must outlive the graph). ``invalidated`` says why CUDA
+    invalidated the capture (an illegal call on the capturing stream), else None."""
 
     def __init__(self, stream):
-        self.stream, self.ops, self.keep = stream, [], []
+        self.stream, self.ops, self.keep, self.invalidated = stream, [], [], None
 
 
-def _capture_error(what):
-    from gpugrad.testing.cuda_sim.cuda import CUDARuntimeError
+class CUDARuntimeError(RuntimeError):
+    """cupy.cuda.runtime.CUDARuntimeError (re-exported by cupy.cuda.runtime)."""
 
-    return CUDARuntimeError(f"cudaErrorStreamCaptureUnsupported: {what} is not permitted while a stream is "
-                            "capturing a CUDA graph")
+
+def _invalidate(what):
+    # CUDA, not CuPy: a synchronising call on a capturing stream fails and invalidates the capture, so that
+    # cudaStreamEndCapture fails too (RULES.md: "a sync invalidates the capture"; to confirm on a GPU).
+    capture.invalidated = capture.invalidated or what
+    return CUDARuntimeError(f"cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing "
+                            f"({what})")
+
+
+def _transfer_refused(direction):
+    # CuPy's own check, before any CUDA call (cupy/cuda/memory.pyx, MemoryPointer.copy_*_async): the capture stays
+    # valid (RULES.md: "host transfers during capture").
+    return RuntimeError(f"the current stream is capturing, so {direction} transfers are disallowed")
+
+
+def library_call(library: str) -> None:
+    """A CUDA library's ``setStream`` as CuPy wraps it (cuBLAS, cuRAND, cuSOLVER, cuSPARSE): refused on a
+    capturing stream with CuPy's message (cupy_backends/cuda/libs/<library>.pyx, setStream)."""
+    if capture is not None:
+        raise NotImplementedError(f"calling {library} API during stream capture is currently unsupported")
 
 
 def _poison(arrays):
@@ -105,8 +130,10 @@ def replay(ops) -> None:
 
 
 def sync(what: str) -> None:
+    """An explicit wait for the device (Stream/Event/Device.synchronize): on a capturing stream CUDA refuses it and
+    invalidates the capture."""
     if capture is not None:
-        raise _capture_error(f"{what} (a host sync)")
+        raise _invalidate(f"{what} (a host sync)")
     if _forbid:
         raise SyncForbidden(f"{what} would make the host wait for the GPU (a sync) inside {_forbid[-1]}")
     _counts["syncs"] += 1
@@ -114,9 +141,8 @@ def sync(what: str) -> None:
 
 
 def alloc(nbytes: int, what: str) -> None:
-    if capture is not None and not allocator:
-        raise _capture_error(f"{what}: an allocation outside a memory pool reserved for the graph "
-                             "(cupy.cuda.using_allocator)")
+    # NOTE: allowed during capture, from any pool: CuPy captures in relaxed mode so that its pool may cudaMalloc
+    # (cupy/cuda/stream.pyx, Stream.begin_capture); gpugrad.cuda.graph() installs the graph's own pool.
     for fn in allocator[-1:]:
         fn(nbytes)
     _counts["allocs"] += 1
@@ -124,16 +150,56 @@ def alloc(nbytes: int, what: str) -> None:
     _log("alloc", what)
 
 
+def read_back(what: str) -> None:
+    """The host reads what the device computed (a data-dependent size, a count): CuPy copies it to the host, which
+    it refuses while capturing (copy_to_host_async), and otherwise the host waits (a sync)."""
+    if capture is not None:
+        raise _transfer_refused("D2H")
+    sync(what)
+
+
+# ---- live allocations by address, for calls that take raw pointers (the cuBLAS stand-in) ------------------------
+class Allocation:
+    """A live simulated allocation: its host buffer, device, and the capture it was made in (None: eager)."""
+
+    __slots__ = ("start", "nbytes", "buffer", "device", "capture", "__weakref__")
+
+    def __init__(self, buffer, device):
+        self.start, self.nbytes = buffer.__array_interface__["data"][0], buffer.nbytes
+        self.buffer, self.device, self.capture = weakref.ref(buffer), device, capture
+
+
+_allocations: dict[int, Allocation] = {}
+
+
+def register(buffer, device) -> None:
+    """Note a fresh allocation (array.new): raw pointers into it are recognised until its buffer is freed."""
+    a = Allocation(buffer, device)
+    _allocations[a.start] = a
+    weakref.finalize(buffer, _allocations.pop, a.start, None)
+
+
+def allocation_at(ptr: int, nbytes: int):
+    """The live allocation holding [ptr, ptr + nbytes), or None."""
+    for a in _allocations.values():
+        if a.start <= ptr and ptr + nbytes <= a.start + a.nbytes and a.buffer() is not None:
+            return a
+    return None
+
+
 def h2d(nbytes: int, what: str) -> None:
     if capture is not None:
-        raise _capture_error(f"{what}: a copy from pageable host memory")
+        raise _transfer_refused("H2D")
     _counts["h2d"] += 1
     _counts["h2d_bytes"] += nbytes
     _log("h2d", what)
 
 
 def d2h(nbytes: int, what: str) -> None:
-    """A device-to-host copy: the host waits for the device first, so it is a sync too."""
+    """A device-to-host copy: the host waits for the device first, so it is a sync too. Refused by CuPy itself
+    while capturing (its copy_to_host_async)."""
+    if capture is not None:
+        raise _transfer_refused("D2H")
     sync(what)
     _counts["d2h"] += 1
     _counts["d2h_bytes"] += nbytes
@@ -169,8 +235,6 @@ def current_device() -> int:
 
 def set_current_device(index: int) -> None:
     if not 0 <= index < device_count:
-        from gpugrad.testing.cuda_sim.cuda import CUDARuntimeError
-
         raise CUDARuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {index} "
                                f"({device_count} simulated device(s))")
     _local.device = index

@@ -8,6 +8,7 @@ current device, as a kernel launch on another GPU would fail. Integer-array indi
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 
 import numpy as np
@@ -106,6 +107,7 @@ def new(a, what):
     if a.nbytes:
         _state.alloc(a.nbytes, what)
         _state.pool_used[0] += a.nbytes
+        _state.register(_np_root(a), _state.current_device())
     x = make(a, _state.current_device())
     if a.nbytes:
         weakref.finalize(x, _release, a.nbytes)
@@ -211,6 +213,15 @@ class ndarray:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         # NOTE: no PyCapsule: a real one would say where the memory is, the host. Only the simulator's from_dlpack
         # reads this; NumPy and torch refuse it (TypeError), as their CPU builds refuse a CUDA capsule.
+        # The consumer's stream, as CuPy checks it (cupy/_core/core.pyx, ndarray.__dlpack__): None is the legacy
+        # stream, 0 is taken for it with a warning (PyTorch sends 0), anything below -1 is refused.
+        if isinstance(stream, int) and stream < -1:
+            raise ValueError(f"On CUDA, the valid stream for the DLPack protocol is -1, 1, 2, or any larger value, "
+                             f"but {stream} was provided")
+        if stream == 0:
+            warnings.warn("Stream 0 is passed from a library that you are converting to; CuPy assumes 0 as a legacy "
+                          "default stream. Please report this problem to the library as this violates the DLPack "
+                          "protocol.")
         return ("cuda_sim", self)
 
     # ---- host conversions: explicit ones work and count a sync; implicit ones raise as in CuPy ----------------
@@ -307,7 +318,7 @@ class ndarray:
             return make(self._a[key], self._dev, self if self._base is None else self._base)
         unwrap(self)  # a gather kernel: on the array's device
         if mask:
-            _state.sync("boolean-mask indexing (the result's size lives on the device)")
+            _state.read_back("boolean-mask indexing (the result's size lives on the device)")
         key, src = _wrap_index(key, self.shape), self._a
         out = np.asarray(src[key])
         result = new(out, "getitem")
@@ -320,7 +331,7 @@ class ndarray:
             raise _device_error(self._dev)
         value = unwrap(value)
         if mask and isinstance(value, np.ndarray) and value.size > 1:
-            _state.sync("boolean-mask assignment of an array (its count lives on the device)")
+            _state.read_back("boolean-mask assignment of an array (its count lives on the device)")
         key, dst = (_wrap_index(key, self.shape) if advanced else key), self._a
         _state.run("setitem", lambda: dst.__setitem__(key, value))
 
@@ -349,7 +360,7 @@ class ndarray:
         return functions.take(self, indices, axis=axis, out=out)
 
     def nonzero(self):
-        _state.sync("nonzero (the result's size lives on the device)")
+        _state.read_back("nonzero (the result's size lives on the device)")
         return _call_method(self, "nonzero", (), {})
 
     def scatter_add(self, slices, value):

@@ -8,15 +8,12 @@ from __future__ import annotations
 import time
 import types
 
-from gpugrad.testing.cuda_sim import _state
+from gpugrad.testing.cuda_sim import _state, cublas, nccl
+from gpugrad.testing.cuda_sim._state import CUDARuntimeError
 from gpugrad.testing.cuda_sim.array import MemoryPointer
 
 NAME = "Simulated NVIDIA H200 (gpugrad cuda_sim)"
 TOTAL_MEMORY = 141 * 2**30
-
-
-class CUDARuntimeError(RuntimeError):
-    """cupy.cuda.runtime.CUDARuntimeError."""
 
 
 class CompileException(Exception):
@@ -73,7 +70,7 @@ class Device:
 class Stream:
     """cupy.cuda.Stream. ``null`` is the legacy default stream."""
 
-    _current: list = []
+    _current = _state.streams  # the streams entered (innermost last); shared with the cuBLAS stand-in
 
     def __init__(self, null=False, non_blocking=False, ptds=False, priority=None):
         self.null, self.non_blocking = null, non_blocking
@@ -108,9 +105,8 @@ class Stream:
 
     # -- CUDA-graph capture: launches are recorded instead of run; end_capture hands back the Graph ----------------
     def begin_capture(self, mode=None):
-        if self.null:
-            raise CUDARuntimeError("cudaErrorStreamCaptureUnsupported: the legacy default stream cannot be captured; "
-                                   "capture on a cupy.cuda.Stream(non_blocking=True)")
+        if self.ptr in (0, 1):  # CuPy's check and message (cupy/cuda/stream.pyx, Stream.begin_capture)
+            raise RuntimeError("cannot capture on the default (legacy) stream")
         if _state.capture is not None:
             raise CUDARuntimeError("cudaErrorIllegalState: a stream is already capturing")
         if get_current_stream() is not self:
@@ -122,6 +118,9 @@ class Stream:
         if cap is None or cap.stream is not self:
             raise CUDARuntimeError("cudaErrorIllegalState: end_capture on a stream that is not capturing")
         _state.capture = None
+        if cap.invalidated:  # CUDA: an illegal call during capture makes cudaStreamEndCapture fail
+            raise CUDARuntimeError(f"cudaErrorStreamCaptureInvalidated: operation failed due to a previous error "
+                                   f"during capture ({cap.invalidated})")
         return Graph(cap)
 
     def is_capturing(self):
@@ -263,14 +262,30 @@ runtime = types.SimpleNamespace(
 compiler = types.SimpleNamespace(CompileException=CompileException)
 
 
+def _library(name, label):
+    """``cupy.cuda.<name>`` (cupy_backends.cuda.libs.<name>): only ``setStream``, which refuses a capturing stream."""
+    lib = types.ModuleType(f"cupy.cuda.{name}", f"{label} on gpugrad's simulated device: setStream only")
+
+    def setStream(handle, stream):  # noqa: N802 - CuPy's name
+        if _state.capture is not None and _state.capture.stream.ptr == stream:
+            _state.library_call(label)
+
+    lib.setStream = setStream
+    return lib
+
+
 def build() -> types.ModuleType:
     cuda = types.ModuleType("cupy.cuda", "cupy.cuda on gpugrad's simulated device")
     for name in ("Device", "Stream", "Event", "Graph", "MemoryPool", "PinnedMemoryPool", "get_current_stream",
                  "get_elapsed_time", "using_allocator", "runtime", "compiler"):
         setattr(cuda, name, globals()[name])
     cuda.get_device_id = _state.current_device
-    from gpugrad.testing.cuda_sim import nccl
-
     cuda.nccl = nccl  # one rank only (world size 1)
+    for name, label in (("cublas", "cuBLAS"), ("curand", "cuRAND"), ("cusolver", "cuSOLVER"),
+                        ("cusparse", "cuSPARSE")):
+        setattr(cuda, name, _library(name, label))
+    cuda.device = types.ModuleType("cupy.cuda.device", "cupy.cuda.device on gpugrad's simulated device")
+    cuda.device.get_cublas_handle = cuda.get_cublas_handle = cublas.handle_of_current_device
+    cuda.device.get_device_id = _state.current_device
     cuda.is_available = lambda: True
     return cuda

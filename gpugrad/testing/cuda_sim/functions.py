@@ -55,6 +55,12 @@ def _blas_copies(arrays):
     return n
 
 
+def _uses_cublas(name, ins):
+    """CuPy's products call cuBLAS for floating and complex dtypes; integers take CuPy's own kernel
+    (cupy/_core/_routines_linalg.pyx, tensordot_core: ``dtype.kind in 'biu'``), and einsum of one operand reduces."""
+    return (len(ins) > 1 or name != "einsum") and any(a.dtype.kind in "fc" for a in ins)
+
+
 # Functions that only make views (no kernel): CuPy runs them whatever the current device is.
 _VIEWS = {"reshape", "ravel", "transpose", "swapaxes", "moveaxis", "rollaxis", "expand_dims", "squeeze",
           "broadcast_to", "broadcast_arrays", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "real", "imag",
@@ -74,8 +80,9 @@ def _run(name, np_fn, args, kwargs):
         return wrapped
     out = kwargs.get("out")
     if name in _SYNCING:
-        _state.sync(f"cupy.{name} (its result's size lives on the device)")
-    if name in _BLAS:
+        _state.read_back(f"cupy.{name} (its result's size lives on the device)")
+    if name in _BLAS and _uses_cublas(name, ins):
+        _state.library_call("cuBLAS")  # CuPy's GEMMs set the handle's stream first: refused while capturing
         _state.launch(f"copy for cuBLAS ({name})", _blas_copies(ins))
     hargs, hkwargs = unwrap(args), unwrap_kwargs(kwargs)
     if out is not None:
@@ -179,7 +186,12 @@ def _to_device(a, dtype=None, copy=None, order=None, what="asarray"):
     host = np.array(a, dtype=dtype, order=order or "K")
     if host.dtype == object:
         raise ValueError(f"Unsupported dtype object: cupy.{what} cannot hold Python objects")
-    _state.h2d(host.nbytes, f"cupy.{what}")
+    if host.ndim == 0:  # CuPy fills a 0-d array with the value (one kernel, captured like any): no host copy
+        value = host.copy()
+        result = new(host, f"cupy.{what}")
+        _state.launch("ndarray.fill", replay=lambda: host.__setitem__(Ellipsis, value), outputs=[host])
+        return result
+    _state.h2d(host.nbytes, f"cupy.{what}")  # through pinned staging memory: refused while capturing
     return new(host, f"cupy.{what}")
 
 
@@ -197,10 +209,21 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocki
 
 
 def from_dlpack(array, *, device=None, copy=None):
-    """Zero copy from a DLPack producer on the simulated device (see ndarray.__dlpack__)."""
-    got = array.__dlpack__(stream=None) if array.__dlpack_device__()[0] == 2 else None
+    """Zero copy from a DLPack producer on the simulated device (see ndarray.__dlpack__). As CuPy's consumer side
+    (cupy/_core/dlpack.pyx, from_dlpack), a CUDA producer is handed the current stream (the legacy one as 1) and
+    max_version, falling back to ``__dlpack__(stream=)`` for producers that take no more."""
+    got = None
+    if array.__dlpack_device__()[0] == 2:  # kDLCUDA
+        stream = _state.current_stream_ptr() or 1
+        try:
+            got = array.__dlpack__(stream=stream, max_version=(1, 1), copy=copy)
+        except TypeError:
+            if copy is not None:
+                raise
+            got = array.__dlpack__(stream=stream)
     if type(got) is not tuple or got[0] != "cuda_sim":
-        raise BufferError("cupy.from_dlpack (gpugrad cuda_sim): only simulated-device producers are supported")
+        raise BufferError("cupy.from_dlpack (gpugrad cuda_sim): only simulated-device producers are supported (a "
+                          "torch CUDA tensor's capsule needs a GPU)")
     return got[1].copy() if copy else got[1]
 
 

@@ -23,16 +23,22 @@ def get_version():
     return 22707
 
 
+NCCL_UNIQUE_ID_BYTES = 128
+
+
 def get_unique_id():
-    return tuple(os.urandom(128))
+    """Bytes, as CuPy 14's (cupy_backends/cuda/libs/nccl.pyx, get_unique_id: "Previously this returned a tuple")."""
+    return os.urandom(NCCL_UNIQUE_ID_BYTES)
 
 
 class NcclCommunicator:
     def __init__(self, ndev, commId, rank):
+        if not isinstance(commId, bytes):  # CuPy's signature: (int ndev, bytes commId, int rank)
+            raise TypeError(f"Argument 'commId' has incorrect type (expected bytes, got {type(commId).__name__})")
+        if len(commId) != NCCL_UNIQUE_ID_BYTES:
+            raise ValueError(f"commId length {len(commId)} != {NCCL_UNIQUE_ID_BYTES}.")
         if ndev != 1 or rank != 0:
             raise NcclError(f"gpugrad cuda_sim simulates NCCL for one rank only, got ndev={ndev}, rank={rank}")
-        if not (isinstance(commId, tuple) and len(commId) == 128):
-            raise NcclError("NCCL_ERROR_INVALID_ARGUMENT: commId must be the 128-entry tuple of get_unique_id()")
         self._dev, self._live = _state.current_device(), True
 
     def _copy(self, what, send, recv, count, datatype, op=NCCL_SUM, root=0):
