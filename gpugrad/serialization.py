@@ -214,8 +214,8 @@ def _open_regular(path):
         os.close(fd)
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, "gpugrad.load: a directory, not a file gpugrad.save wrote", path)
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else \
-            "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a plain file"
+        kind = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+                stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "not a plain file")
         raise SerializationError(f"{path} is {kind}, not a regular file; gpugrad.load reads files gpugrad.save wrote "
                                  "(or a binary file object)")
     return os.fdopen(fd, "rb")
@@ -380,5 +380,5 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
         return walk(tree)
     except RecursionError:
         raise bad("its manifest is nested too deep") from None
-    except TypeError as e:  # an unhashable key, a return type of the wrong length
+    except (TypeError, ValueError) as e:  # an unhashable key, a return type of the wrong length
         raise bad(f"{type(e).__name__}: {e}") from None
