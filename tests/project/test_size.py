@@ -29,7 +29,12 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # promotion, creation functions, generators, DLPack (~495); losses with weights/ignore_index/label smoothing/probability
 # targets, BatchNorm, containers, hooks, nn.utils, exact GELU/erf (~740); RMSprop, Adagrad, amsgrad, 15 schedulers,
 # torch's param_groups and state_dict, utils.data with worker processes, save/load without pickle (~1,070).
-BUDGETS = {"library": 9900, "tooling": 2420, "testing": 1730}
+# library 9900 -> 10100 (issue 21, files and processes a user can trust, ~235): gpugrad.load reads the safetensors
+# header first and checks every declared size against the file and the byte cap, rebuilds Size, return types and
+# complex128 and refuses each inconsistency of a crafted file by name; gpugrad.save writes atomically through symlinks
+# keeping the file's mode (~165); DataLoader workers that watch their parent, pickle their own results and are reaped
+# on every exit path, lazily drawn samplers (~70).
+BUDGETS = {"library": 10100, "tooling": 2420, "testing": 1730}
 
 
 def code_lines(path: Path) -> int:
