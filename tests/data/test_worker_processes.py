@@ -135,15 +135,19 @@ def test_a_worker_killed_mid_epoch_is_reported_at_once_and_the_rest_reaped():
     before = set(_children())
 
     def kill_one():
-        time.sleep(0.5)  # both workers are inside Stuck.__getitem__ by now
-        os.kill(min(set(_children()) - before), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while len(workers := set(_children()) - before) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # both inside Stuck.__getitem__ by now
+        os.kill(min(workers), signal.SIGKILL)
+        killed.append(time.monotonic())
 
-    threading.Thread(target=kill_one).start()
-    start = time.monotonic()
+    killed = []
+    threading.Thread(target=kill_one, daemon=True).start()
     with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly"):
-        next(iter(DataLoader(Stuck(), num_workers=2)))
-    took = time.monotonic() - start
-    assert took < 3, f"reported after {took:.1f} s"
+        next(iter(DataLoader(Stuck(), num_workers=2, timeout=60)))  # the timeout: only if the kill never came
+    took = time.monotonic() - killed[0]
+    assert took < 3, f"reported {took:.1f} s after the kill"
     assert not {pid for pid in _children() if pid not in before}
 
 
