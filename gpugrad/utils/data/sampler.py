@@ -88,9 +88,9 @@ class RandomSampler(Sampler):
     def _draws(self, rng, n, k):
         """``k`` indices below ``n``, drawn lazily (the same values as drawing them at once, for k up to a chunk)."""
         chunk = _DRAW_CHUNK if self.replacement else n
-        for start in range(0, k, chunk):
-            yield from (rng.integers(0, n, min(chunk, k - start)) if self.replacement else
-                        rng.permutation(n)[:k - start]).tolist()
+        return itertools.chain.from_iterable(  # NOTE: chain, not a generator: the indices pass at C speed
+            (rng.integers(0, n, min(chunk, k - start)) if self.replacement else rng.permutation(n)[:k - start]).tolist()
+            for start in range(0, k, chunk))
 
     def __len__(self):
         return self.num_samples
