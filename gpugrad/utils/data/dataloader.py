@@ -30,6 +30,7 @@ from gpugrad.utils.data.dataset import IterableDataset, TensorDataset
 from gpugrad.utils.data.sampler import BatchSampler, RandomSampler, SequentialSampler
 
 PRELOAD_LIMIT = 1 << 30  # bytes: TensorDatasets up to 1 GiB are copied to the device once ("auto" preload)
+ORDER_CHUNK = 1 << 16  # sample indices a TensorDataset's loader reads from its sampler (and copies) at a time
 _COLLATE_ERROR = "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found {}"
 
 
@@ -252,33 +253,43 @@ class DataLoader:
             self._device_arrays = tuple(a if backend_of(a) is be else be.asarray(a) for a in arrays)
         return self._device_arrays
 
+    def _order_chunks(self, start):
+        """The epoch's sample order from batch ``start`` on, as (indices, [(lo, hi) of each batch]) pieces of about
+        ORDER_CHUNK indices: one copy per device per piece, and an endless sampler streams."""
+        if isinstance(self.batch_sampler, BatchSampler) and self.batch_sampler.sampler is self.sampler:
+            b = self.batch_size
+            it, per = itertools.islice(iter(self.sampler), start * b, None), max(1, ORDER_CHUNK // b) * b
+            while True:
+                order = np.fromiter(itertools.islice(it, per), dtype=np.int64)
+                stop = len(order) // b * b if self.drop_last and len(order) < per else len(order)
+                if stop:
+                    yield order[:stop], [(i, min(i + b, stop)) for i in range(0, stop, b)]
+                if len(order) < per:
+                    return
+        it = itertools.islice(iter(self.batch_sampler), start, None)  # a batch sampler of the user's: 1024 at a time
+        while batches := list(itertools.islice(it, 1024)):
+            ends = list(itertools.accumulate(len(x) for x in batches))
+            yield np.fromiter(itertools.chain.from_iterable(batches), dtype=np.int64), list(zip([0] + ends[:-1], ends))
+
     def _iter_arrays(self, start):
         from gpugrad.creation import as_tensor
 
-        if isinstance(self.batch_sampler, BatchSampler) and self.batch_sampler.sampler is self.sampler:
-            order = np.asarray(list(self.sampler), dtype=np.int64)  # the epoch's order, copied once per device
-            b = self.batch_size
-            stop = len(order) // b * b if self.drop_last else len(order)
-            bounds = [(i, min(i + b, stop)) for i in range(start * b, stop, b)]
-        else:  # a batch sampler of the user's: its batches one by one
-            batches = list(itertools.islice(self.batch_sampler, start, None))
-            order = np.asarray(list(itertools.chain.from_iterable(batches)), dtype=np.int64)
-            ends = list(itertools.accumulate(len(x) for x in batches))
-            bounds = list(zip([0] + ends[:-1], ends))
-        be, sources, index = self.backend, self._sources(), {}
-        for a in sources:  # the order once per backend that holds a source array
-            src = backend_of(a)
-            if src not in index:
-                index[src] = order if src.name == "cpu" else src.asarray(order)
-        for lo, hi in bounds:
-            batch = []
-            for a in sources:
+        be, sources = self.backend, self._sources()
+        for order, bounds in self._order_chunks(start):
+            index = {}
+            for a in sources:  # the order once per backend that holds a source array
                 src = backend_of(a)
-                x = src.xp.take(a, index[src][lo:hi], axis=0)
-                if be is not None and src is not be:  # host -> device (or device -> host / -> device) copy
-                    x = be.asarray(x) if be.name != "cpu" else src.to_host(x)
-                batch.append(as_tensor(x))  # no second copy: the gathered array is the batch's alone
-            yield batch
+                if src not in index:
+                    index[src] = order if src.name == "cpu" else src.asarray(order)
+            for lo, hi in bounds:
+                batch = []
+                for a in sources:
+                    src = backend_of(a)
+                    x = src.xp.take(a, index[src][lo:hi], axis=0)
+                    if be is not None and src is not be:  # host -> device (or device -> host / -> device) copy
+                        x = be.asarray(x) if be.name != "cpu" else src.to_host(x)
+                    batch.append(as_tensor(x))  # no second copy: the gathered array is the batch's alone
+                yield batch
 
     def __del__(self):
         if getattr(self, "_pool", None) is not None:

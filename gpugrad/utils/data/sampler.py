@@ -54,9 +54,14 @@ class SequentialSampler(Sampler):
         return len(self.data_source)
 
 
+_DRAW_CHUNK = 1 << 14  # indices a RandomSampler draws at a time (with replacement)
+
+
 class RandomSampler(Sampler):
     """A random permutation per iteration (``replacement=False``; ``num_samples`` past len(data_source) chains
-    permutations), or ``num_samples`` indices drawn with replacement."""
+    permutations), or ``num_samples`` indices drawn with replacement. Indices are drawn as they are consumed, a
+    chunk or a permutation at a time, so ``num_samples`` may be endless for practical purposes (makemore's
+    ``RandomSampler(ds, replacement=True, num_samples=int(1e10))``), as with torch."""
 
     def __init__(self, data_source, replacement=False, num_samples=None, generator=None):
         self.data_source, self.replacement, self._num_samples, self.generator = \
@@ -78,9 +83,14 @@ class RandomSampler(Sampler):
             self.seed = int(_rng(self.generator).integers(2**63))
         rng, n, k = np.random.default_rng((self.seed, self.epoch)), len(self.data_source), self.num_samples
         self.epoch += 1
-        if self.replacement:
-            return iter(rng.integers(0, n, k).tolist())
-        return iter(np.concatenate([rng.permutation(n) for _ in range(-(-k // n))])[:k].tolist())
+        return self._draws(rng, n, k)
+
+    def _draws(self, rng, n, k):
+        """``k`` indices below ``n``, drawn lazily (the same values as drawing them at once, for k up to a chunk)."""
+        chunk = _DRAW_CHUNK if self.replacement else n
+        return itertools.chain.from_iterable(  # NOTE: chain, not a generator: the indices pass at C speed
+            (rng.integers(0, n, min(chunk, k - start)) if self.replacement else rng.permutation(n)[:k - start]).tolist()
+            for start in range(0, k, chunk))
 
     def __len__(self):
         return self.num_samples
