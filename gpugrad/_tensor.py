@@ -3,12 +3,11 @@
 The methods come from two places: the families of ``gpugrad/methods/`` (written as ``def``s), and the registry
 (``core/registry.py``): every op frontend and composite registered as a method becomes ``Tensor.<name>``, and its
 in-place form ``Tensor.<name>_`` where torch has one. ``_tensor.pyi`` lists them all with their signatures (written
-by ``python -m gpugrad.tools.stubgen``; ``tests/project/test_layering.py`` keeps it current).
+by ``python -m gpugrad.testing.stubgen``; ``tests/project/test_layering.py`` keeps it current).
 """
 from __future__ import annotations
 
 from gpugrad import functional  # noqa: F401  (registers the composites bound below)
-from gpugrad.ops import catalog  # noqa: F401  (registers every op and its frontend)
 from gpugrad.core.registry import FRONTENDS
 from gpugrad.core.tensor import TensorBase, set_tensor_class
 from gpugrad.methods.arithmetic import ArithmeticMethods
@@ -18,6 +17,7 @@ from gpugrad.methods.creation import CreationMethods
 from gpugrad.methods.inplace import InplaceMethods
 from gpugrad.methods.movement import MovementMethods
 from gpugrad.methods.printing import PrintingMethods
+from gpugrad.ops import catalog  # noqa: F401  (registers every op and its frontend)
 
 
 class Tensor(AutogradMethods, ArithmeticMethods, MovementMethods, InplaceMethods, ConversionMethods, CreationMethods,

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from gpugrad.backend import cuda as _cuda_backend
+
 mps = SimpleNamespace(is_available=lambda: False, is_built=lambda: False)  # Apple's Metal backend: not supported
 
 
-def _cuda_available():
-    from gpugrad import cuda
-
-    return cuda.is_available()
-
-
-cuda = SimpleNamespace(is_built=_cuda_available)
+cuda = SimpleNamespace(is_built=_cuda_backend.is_available)

@@ -8,6 +8,12 @@ from __future__ import annotations
 import json
 import secrets
 
+import numpy as np
+
+from gpugrad.backend import get_backend, on
+from gpugrad.backend.device import parse_device
+from gpugrad.core.tensor import new
+
 DEFAULT_SEED = 67280421310721  # torch's seed at start-up: a fresh process draws the same numbers every run
 _SEED = DEFAULT_SEED
 _defaults: dict = {}
@@ -17,8 +23,6 @@ class Generator:
     """A random stream on one device: ``gpugrad.Generator().manual_seed(0)``; pass it as ``generator=``."""
 
     def __init__(self, device="cpu"):
-        from gpugrad.backend.device import parse_device
-
         self.device = parse_device(device)
         self._seed, self._rng = DEFAULT_SEED, None
 
@@ -39,8 +43,6 @@ class Generator:
     def rng(self):
         """The NumPy (CPU) or CuPy (CUDA) generator behind it, made on its device."""
         if self._rng is None:
-            from gpugrad.backend import get_backend, on
-
             be = get_backend(self.device)
             with on(be):
                 self._rng = be.xp.random.default_rng(self._seed)
@@ -48,11 +50,9 @@ class Generator:
 
     def get_state(self):
         """The state as a uint8 tensor (for ``set_state``); CPU generators only."""
-        from gpugrad.creation import tensor
-
         self._cpu_only("get_state")
         state = {"seed": self._seed, "bit_generator": self.rng().bit_generator.state}
-        return tensor(list(json.dumps(state).encode()), dtype="uint8", device="cpu")
+        return new(np.frombuffer(json.dumps(state).encode(), np.uint8), device="cpu")
 
     def set_state(self, new_state):
         self._cpu_only("set_state")

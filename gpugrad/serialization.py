@@ -33,8 +33,12 @@ from collections import OrderedDict
 import numpy as np
 
 from gpugrad import return_types
+from gpugrad._tensor import Tensor
+from gpugrad.backend import get_backend, parse_device
+from gpugrad.creation import as_tensor
 from gpugrad.data.idx import byte_limit, read_into
 from gpugrad.dtypes import Size
+from gpugrad.nn.parameter import Parameter
 
 FORMAT = "gpugrad.save/1"  # the metadata's "format" entry
 MAX_BYTES = 2 << 30  # default cap on a file's arrays: the CLI checkpoint reader's (gpugrad/cli/checkpoint.py)
@@ -78,9 +82,6 @@ def _host(a, path):
 
 def _manifest(obj):
     """(JSON-able manifest, {key: host array}) for ``obj``."""
-    from gpugrad._tensor import Tensor
-    from gpugrad.nn import Parameter
-
     arrays, keys = {}, {}  # keys: id(object) -> (its key, its dtype entry) (each Tensor / array stored once)
 
     def store(v, host, path):
@@ -175,7 +176,6 @@ def _write_atomically(path, data):
 def _device_for(saved, map_location, bad):
     """Where a Tensor saved on ``saved`` goes: the saved device, or as ``map_location`` (a device, a string or a
     {saved: target} dict) says."""
-    from gpugrad.backend import get_backend, parse_device
 
     try:
         parse_device(saved)
@@ -195,7 +195,6 @@ def _device_for(saved, map_location, bad):
 
 class _Reader:
     """``readinto`` for a file object that has only ``read``."""
-
     def __init__(self, f):
         self.read = f.read
 
@@ -298,8 +297,6 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
     """The object :func:`save` wrote to ``f`` (a path or a binary file). Tensors come back on the device they were
     saved from, or as ``map_location`` says; ``weights_only`` is accepted for torch's sake: no gpugrad file can hold
     code, whatever its value. ``mmap`` is accepted and ignored (the file is read into memory)."""
-    from gpugrad.creation import as_tensor
-    from gpugrad.nn import Parameter
 
     if callable(map_location):
         raise TypeError("gpugrad.load: map_location must be a device, a device string or a dict of them "

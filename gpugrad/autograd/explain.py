@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpugrad.backend import backend_of, on
 from gpugrad.core import engine, trace
 from gpugrad.core.node import AccumulateGrad
 from gpugrad.core.views import fresh
-from gpugrad.backend import backend_of, on
 
 SHOWN = 8  # text: arrays of up to this many elements are printed whole, larger ones summarised
 KEPT = 1 << 16  # data: arrays of up to this many elements come to the host whole, larger ones as a Summary

@@ -9,7 +9,8 @@ import os
 
 import numpy as np
 
-from gpugrad.backend import cuda, device as _device
+from gpugrad.backend import cuda
+from gpugrad.backend import device as _device
 from gpugrad.backend.base import CPU, Backend, is_array, on  # noqa: F401  (the package's API)
 from gpugrad.backend.device import Device, parse_device
 

@@ -333,8 +333,8 @@ def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None, par
     epoch's mean training loss. ``graphed`` (a GraphedStep) replays the step as a CUDA graph; ``par`` (a
     cli.data_parallel.DataParallel) trains this rank's share of each batch."""
     import gpugrad
-    from gpugrad.nn import functional as F
     from gpugrad.backend import CPU
+    from gpugrad.nn import functional as F
     from gpugrad.random import generator
 
     model.train()
@@ -637,9 +637,9 @@ def _all_finite(loss_sum):
 
 def train(args) -> int:
     import gpugrad
+    from gpugrad.backend import CPU
     from gpugrad.cli import checkpoint
     from gpugrad.data import DataLoader, TensorDataset
-    from gpugrad.backend import CPU
     from gpugrad.random import generator
 
     t_start = time.perf_counter()

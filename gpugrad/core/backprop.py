@@ -81,3 +81,20 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             # Copy: the captured array may be shared with another path or be the caller's own grad_outputs.
             out.append(g if create_graph else make(g.copy(), t._backend))
     return tuple(out)
+
+
+def clear_grad(p, set_to_none=True):
+    """``p.grad`` reset for the next backward (Module.zero_grad, Optimizer.zero_grad): None, so backward hands its
+    fresh gradient over, or zeros written into the existing buffer (any flat-buffer view of it survives)."""
+    g = p._grad
+    if g is None:
+        return
+    if set_to_none:
+        p._grad = None
+        return
+    with on(p._backend):
+        if g._grad_fn is not None:
+            p._grad = make(p._backend.xp.zeros_like(g._data), p._backend)  # a graph-carrying grad
+        else:
+            g._data.fill(0)
+            g._version_counter[0] += 1

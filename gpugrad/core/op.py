@@ -15,12 +15,11 @@ from __future__ import annotations
 import numbers
 
 from gpugrad.backend import backend_of, graphs
-from gpugrad.core import anomaly, forward, forward_state, trace
+from gpugrad.core import anomaly, forward, forward_state, tensor_xp, trace
 from gpugrad.core.grad_mode import STATE
 from gpugrad.core.node import AccumulateGrad, Node
 from gpugrad.core.promotion import promoted
 from gpugrad.core.tensor import TensorBase, make
-from gpugrad.core import tensor_xp
 from gpugrad.core.views import fresh, root_array, shadow, subscribe
 
 _NO_GRAD = [(False,) * n for n in range(8)]

@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from gpugrad.core.tensor import TensorBase
-from gpugrad.dtypes import DEFAULTS, combine_categories, promote_np, as_dtype, default_complex
+from gpugrad.dtypes import DEFAULTS, as_dtype, combine_categories, default_complex, promote_np
 
 
 def _np_result_type(operands):

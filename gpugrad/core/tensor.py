@@ -314,4 +314,5 @@ def on_own_device(method):
             return method(self, *args, **kwargs)
 
     wrapped.__name__, wrapped.__qualname__, wrapped.__doc__ = method.__name__, method.__qualname__, method.__doc__
+    wrapped.__wrapped__ = method
     return wrapped

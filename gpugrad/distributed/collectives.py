@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import enum
 
-from gpugrad.core import views as _views
+from gpugrad._tensor import Tensor
 from gpugrad.backend import on
+from gpugrad.core import views as _views
 from gpugrad.distributed.group import get_group
 
 
 class ReduceOp(enum.Enum):
     """How all_reduce / reduce_scatter combine the ranks' values. AVG is SUM divided by the world size."""
-
     SUM = "sum"
     AVG = "avg"
     PRODUCT = "product"
@@ -26,7 +26,6 @@ class ReduceOp(enum.Enum):
 
 class Work:
     """A collective started with ``async_op=True``."""
-
     def __init__(self, pending, finish=None):
         self._pending, self._finish = pending, finish
 
@@ -80,7 +79,6 @@ def _run(tensor, start, finish, async_op):
 
 
 def _check(tensor, what):
-    from gpugrad._tensor import Tensor
 
     if not isinstance(tensor, Tensor):
         raise TypeError(f"{what}: expected a Tensor, got {type(tensor).__name__}")

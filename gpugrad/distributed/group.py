@@ -21,6 +21,9 @@ import socket
 import sys
 import time
 
+from gpugrad.distributed.mpi import MpiComm
+from gpugrad.distributed.nccl import NcclComm, nccl_available
+
 INSTALL_HINT = "pip install 'gpugrad[distributed]' (mpi4py and the MPICH library; start ranks with mpiexec -n N)"
 DEFAULT_TIMEOUT = 300.0  # seconds a collective may wait for its peers (torch's default for NCCL is 10 min)
 BACKENDS = ("mpi", "nccl")
@@ -104,8 +107,6 @@ is_mpi_available = is_available
 
 def is_nccl_available() -> bool:
     """Whether the "nccl" backend can run here: mpi4py, a CUDA device and CuPy's NCCL bindings."""
-    from gpugrad.distributed.nccl import nccl_available
-
     return is_available() and nccl_available()
 
 
@@ -124,7 +125,6 @@ def init_process_group(backend=None, timeout=None, device_id=None, world_size=-1
         DEFAULT_TIMEOUT if timeout is None else float(timeout)
     if not 0 < seconds < float("inf"):
         raise ValueError(f"init_process_group: timeout must be a positive number of seconds, got {timeout!r}")
-    from gpugrad.distributed.mpi import MpiComm
 
     MPI = mpi_module()
     comm = MpiComm(MPI, MPI.COMM_WORLD.Dup(), seconds)
@@ -140,7 +140,6 @@ def init_process_group(backend=None, timeout=None, device_id=None, world_size=-1
         here = group.peers[group.rank][0]
         group.local_rank = sum(host == here for host, _ in group.peers[:group.rank])
         if backend == "nccl":
-            from gpugrad.distributed.nccl import NcclComm
 
             group.nccl = NcclComm(comm, device_id, group)
     except BaseException:

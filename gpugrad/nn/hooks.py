@@ -12,10 +12,11 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 
-from gpugrad.core import tensor_xp
-from gpugrad.core.node import AccumulateGrad, Node
-from gpugrad.core.grad_mode import STATE
 from gpugrad._tensor import Tensor
+from gpugrad.backend import backend_of
+from gpugrad.core import tensor_xp
+from gpugrad.core.grad_mode import STATE
+from gpugrad.core.node import AccumulateGrad, Node
 
 KINDS = ("forward_pre", "forward", "backward", "backward_pre")
 
@@ -26,7 +27,6 @@ def new_hooks():
 
 class RemovableHandle:
     """What ``register_*_hook`` returns: ``handle.remove()`` unregisters the hook (also as a context manager)."""
-
     _next_id = itertools.count()
 
     def __init__(self, hooks):
@@ -85,7 +85,6 @@ def call(module, forward, args, kwargs):
 
 class _HookNode(Node):
     """An identity node of a hooked call: role "in" (input k), "out" (output k) or "gather" (below the inputs)."""
-
     fresh_grads = False
 
     def __init__(self, owner, role, k, sources, be):
@@ -168,7 +167,6 @@ class _BackwardHook:
         return (gk if create_graph or gk is None else gk._data,)
 
     def module_be(self, g):
-        from gpugrad.backend import backend_of
 
         return g._backend if isinstance(g, Tensor) else backend_of(g)
 

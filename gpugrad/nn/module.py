@@ -7,12 +7,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gpugrad.core import trace as _trace
-from gpugrad.nn import hooks as _hooks
-from gpugrad.backend import backend_of, get_backend, on
-from gpugrad.dtypes import is_dtype, to_np
-from gpugrad.nn.parameter import Parameter
 from gpugrad._tensor import Tensor
+from gpugrad.backend import backend_of, get_backend, on
+from gpugrad.core import trace as _trace
+from gpugrad.core.backprop import clear_grad
+from gpugrad.dtypes import is_dtype, to_np
+from gpugrad.nn import hooks as _hooks
+from gpugrad.nn.parameter import Parameter
 
 
 class _IncompatibleKeys(NamedTuple):
@@ -265,7 +266,7 @@ class Module:
     def zero_grad(self, set_to_none=True):
         """Drop the gradients (``set_to_none``) or zero them in place, keeping each ``.grad`` buffer."""
         for p in self.parameters():
-            _zero_grad(p, set_to_none)
+            clear_grad(p, set_to_none)
 
     # -- state ----------------------------------------------------------------------------------------------------
     def _state_items(self, prefix=""):
@@ -369,18 +370,3 @@ class Module:
             return f"{type(self).__name__}({extra})"
         body = ([extra] if extra else []) + lines
         return f"{type(self).__name__}(\n  " + "\n  ".join(body) + "\n)"
-
-
-def _zero_grad(p, set_to_none):
-    g = p._grad
-    if g is None:
-        return
-    if set_to_none:
-        p._grad = None
-        return
-    with on(p._backend):
-        if g._grad_fn is not None:
-            p._grad = Tensor._wrap(p._backend.xp.zeros_like(g._data), p._backend)  # a graph-carrying grad
-        else:
-            g._data.fill(0)  # in place: the buffer (and any flat-buffer view) survives
-            g._version_counter[0] += 1

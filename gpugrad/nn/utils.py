@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 
-from gpugrad.core.grad_mode import no_grad
 from gpugrad._tensor import Tensor
+from gpugrad.core.grad_mode import no_grad
+from gpugrad.creation import tensor
 from gpugrad.ops.movement import Cat, Stack
 
 
@@ -26,7 +27,6 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     p = float(norm_type)
     with no_grad():
         if not grads:
-            from gpugrad.creation import tensor
 
             return tensor(0.0)
         total = _norm(Stack.stack([_norm(g, p) for g in grads]), p)

@@ -2,6 +2,8 @@
 (``backend/reference.py``) and the kernel itself on CUDA (``backend/kernels.py``): same names, same contract."""
 from __future__ import annotations
 
+import inspect
+
 from gpugrad.backend import reference as R
 from gpugrad.core import tensor_xp
 from gpugrad.core.registry import composite, register
@@ -77,6 +79,8 @@ def _frontend(op, decl):
         return op.apply(input, **params)
 
     f.__doc__ = f"{decl.name}({', '.join(f'{p}={d}' for p, d in decl.params)}): see gpugrad/ops/declarations.py"
+    f.__signature__ = inspect.Signature([inspect.Parameter("input", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + [
+        inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d) for p, d in decl.params])
     return f
 
 

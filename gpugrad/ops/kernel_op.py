@@ -1,9 +1,9 @@
 """Ops whose math is a kernel pair from ``kernels/``."""
 from __future__ import annotations
 
-from gpugrad.core.op import Op
 from gpugrad.backend import kernels as K
 from gpugrad.backend import reference as R
+from gpugrad.core.op import Op
 
 
 class KernelOp(Op):

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import math
 
-from gpugrad.core import tensor_xp
-from gpugrad.core.op import Op
 from gpugrad.backend import deferred
 from gpugrad.backend import reference as R
+from gpugrad.core import tensor_xp
+from gpugrad.core.op import Op
 from gpugrad.core.registry import register
 from gpugrad.ops.kernel_op import KernelOp
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
+from gpugrad.backend import deferred
 from gpugrad.core import tensor_xp
 from gpugrad.core.op import Op
-from gpugrad.backend import deferred
 from gpugrad.core.registry import register
 from gpugrad.ops.kernel_op import KernelOp
 

@@ -16,6 +16,8 @@ import types
 from bisect import bisect_right
 from collections import Counter
 
+from gpugrad.optim.optimizer import Optimizer
+
 
 def _per_group(name, optimizer, value):
     """``value`` for each parameter group: a list or tuple of one per group, or one value for all."""
@@ -28,7 +30,6 @@ def _per_group(name, optimizer, value):
 
 
 def _check_optimizer(optimizer):
-    from gpugrad.optim.optimizer import Optimizer
 
     if not isinstance(optimizer, Optimizer):
         raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
@@ -126,14 +127,12 @@ class _Lambdas(LRScheduler):
 
 class LambdaLR(_Lambdas):
     """lr = initial_lr * lr_lambda(epoch)."""
-
     def get_lr(self):
         return [b * f(self.last_epoch) for f, b in zip(self.lr_lambdas, self.base_lrs)]
 
 
 class MultiplicativeLR(_Lambdas):
     """lr = lr * lr_lambda(epoch) at each step after the first."""
-
     def get_lr(self):
         if self._is_initial:
             return self._lrs()
@@ -142,7 +141,6 @@ class MultiplicativeLR(_Lambdas):
 
 class StepLR(LRScheduler):
     """lr = initial_lr * gamma ** (epoch // step_size): multiply by gamma every ``step_size`` steps."""
-
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
         if not isinstance(step_size, int) or step_size <= 0:
             raise ValueError(f"StepLR: step_size must be a positive integer, got {step_size!r}")
@@ -160,7 +158,6 @@ class StepLR(LRScheduler):
 
 class MultiStepLR(LRScheduler):
     """lr = initial_lr * gamma ** (the number of milestones <= epoch)."""
-
     def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
         self.milestones, self.gamma = Counter(milestones), gamma
         super().__init__(optimizer, last_epoch)
@@ -177,7 +174,6 @@ class MultiStepLR(LRScheduler):
 
 class ConstantLR(LRScheduler):
     """lr = initial_lr * factor until epoch ``total_iters``, then initial_lr."""
-
     def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1):
         if factor > 1.0 or factor < 0:
             raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
@@ -197,7 +193,6 @@ class ConstantLR(LRScheduler):
 
 class LinearLR(LRScheduler):
     """lr = initial_lr * (start_factor + (end_factor - start_factor) * min(epoch, total_iters) / total_iters)."""
-
     def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5, last_epoch=-1):
         if start_factor > 1.0 or start_factor <= 0:
             raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.")
@@ -221,7 +216,6 @@ class LinearLR(LRScheduler):
 
 class ExponentialLR(LRScheduler):
     """lr = initial_lr * gamma ** epoch."""
-
     def __init__(self, optimizer, gamma, last_epoch=-1):
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
@@ -235,7 +229,6 @@ class ExponentialLR(LRScheduler):
 
 class PolynomialLR(LRScheduler):
     """lr = initial_lr * (1 - min(epoch, total_iters) / total_iters) ** power."""
-
     def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1):
         self.total_iters, self.power = total_iters, power
         super().__init__(optimizer, last_epoch)
@@ -279,7 +272,6 @@ class CosineAnnealingLR(LRScheduler):
 
 class CosineAnnealingWarmRestarts(LRScheduler):
     """Cosine annealing from initial_lr to eta_min over T_i steps, restarting with T_i = T_0, T_0 * T_mult, ..."""
-
     def __init__(self, optimizer, T_0, T_mult=1, eta_min=0.0, last_epoch=-1):
         if not isinstance(T_0, int) or T_0 <= 0:
             raise ValueError(f"Expected positive integer T_0, but got {T_0}")
@@ -317,7 +309,6 @@ class CosineAnnealingWarmRestarts(LRScheduler):
 
 class _Schedulers(LRScheduler):
     """Schedulers of one optimizer run together; state_dict holds each one's."""
-
     def _own(self, optimizer, schedulers):
         if len(schedulers) < 1:
             raise ValueError(f"{type(self).__name__} expects at least one scheduler, but got no scheduler.")
@@ -347,7 +338,6 @@ class _Schedulers(LRScheduler):
 
 class SequentialLR(_Schedulers):
     """``schedulers[i]`` drives the lr from ``milestones[i - 1]`` on (each one restarted at its milestone)."""
-
     def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
         self._own(optimizer, schedulers)
         if len(milestones) != len(schedulers) - 1:
@@ -376,7 +366,6 @@ class SequentialLR(_Schedulers):
 
 class ChainedScheduler(_Schedulers):
     """Every scheduler steps at each step, their changes compounding."""
-
     def __init__(self, schedulers, optimizer=None):
         self._own(optimizer or (schedulers[0].optimizer if schedulers else None), schedulers)
         self._last_lr = self._lrs()

@@ -17,11 +17,13 @@ from collections import defaultdict
 
 import numpy as np
 
-from gpugrad.core.grad_mode import enable_grad, no_grad
+from gpugrad._tensor import Tensor
 from gpugrad.backend import backend_of, on
 from gpugrad.backend import capture as _capture
 from gpugrad.backend.reference import float16_params_error
-from gpugrad._tensor import Tensor
+from gpugrad.core.backprop import clear_grad
+from gpugrad.core.grad_mode import enable_grad, no_grad
+from gpugrad.creation import tensor
 
 
 def _is_array(v):
@@ -35,7 +37,6 @@ def _is_array(v):
 def _saved(name, v):
     """A state value as state_dict holds it, as torch's: a Tensor copy of each array on its device (never the live
     buffer), the step count a float32 0-d CPU Tensor (a device count is read: a transfer)."""
-    from gpugrad.creation import tensor
 
     if name == "step":
         return tensor(float(backend_of(v).to_host(v)) if _is_array(v) else float(v), dtype=np.float32, device="cpu")
@@ -136,16 +137,14 @@ class Optimizer:
 
     def _init_state(self, group):
         """Made at construction for optimizers whose state torch makes there (Adagrad); others make it lazily."""
-
     # -- gradients ------------------------------------------------------------------------------------------------
     def zero_grad(self, set_to_none=True):
         """Reset gradients: None (``set_to_none``, the default: backward then hands its fresh gradients over) or
         zeros in the existing buffers."""
-        from gpugrad.nn.module import _zero_grad
 
         for g in self.param_groups:
             for p in g["params"]:
-                _zero_grad(p, set_to_none)
+                clear_grad(p, set_to_none)
 
     # -- the step -------------------------------------------------------------------------------------------------
     def step(self, closure=None):

@@ -1,6 +1,7 @@
 """RMSprop (Hinton's, optionally centered and with momentum) and Adagrad, as torch.optim.RMSprop / Adagrad."""
 from __future__ import annotations
 
+from gpugrad.backend import on
 from gpugrad.optim.optimizer import Optimizer, check_options
 
 
@@ -63,7 +64,6 @@ class Adagrad(Optimizer):
         check_options(g, "lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
 
     def _init_state(self, group):
-        from gpugrad.backend import on
 
         for p in group["params"]:
             with on(p._backend):

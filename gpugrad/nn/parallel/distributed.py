@@ -15,11 +15,12 @@ import contextlib
 
 import numpy as np
 
+from gpugrad import distributed as dist
+from gpugrad._tensor import Tensor
+from gpugrad.backend import on
 from gpugrad.core import engine
 from gpugrad.core.grad_mode import is_grad_enabled, no_grad
-from gpugrad.backend import on
 from gpugrad.nn.module import Module
-from gpugrad._tensor import Tensor
 
 FIRST_BUCKET_BYTES = 1 << 20  # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
 UNUSED = ("Expected to have finished reduction in the prior iteration before starting a new one. This error indicates "
@@ -74,7 +75,6 @@ class DistributedDataParallel(Module):
     """
 
     def __init__(self, module, bucket_cap_mb=25, find_unused_parameters=False):
-        from gpugrad import distributed as dist
 
         super().__init__()
         if not dist.is_initialized():
@@ -150,7 +150,6 @@ class DistributedDataParallel(Module):
         self._start_ready()
 
     def _start_ready(self):
-        from gpugrad import distributed as dist
 
         for b in self._buckets[:self._next]:
             b.work.is_completed()  # NOTE: MPI moves nonblocking collectives only inside MPI calls: poke them
@@ -160,7 +159,6 @@ class DistributedDataParallel(Module):
             self._next += 1
 
     def _finish(self):
-        from gpugrad import distributed as dist
 
         unused = [p for p in self._names if p not in self._ready]  # registration order
         if unused and not self.find_unused_parameters:

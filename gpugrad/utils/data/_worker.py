@@ -32,10 +32,15 @@ import traceback
 
 import numpy as np
 
+from gpugrad._tensor import Tensor
+from gpugrad.backend.device import set_default_device
+from gpugrad.creation import as_tensor
+from gpugrad.random import manual_seed
+from gpugrad.utils.data.sampler import _rng
+
 
 class WorkerInfo:
     """``id``, ``num_workers``, ``seed`` (base_seed + id) and ``dataset`` (this worker's copy)."""
-
     def __init__(self, **fields):
         self.__dict__.update(fields)
 
@@ -117,19 +122,15 @@ def _watch_parent(main_pid):
 
 class _Array:
     """A Tensor on its way between processes: its data as a NumPy array."""
-
     def __init__(self, t):
         self.array, self.requires_grad = t.detach().cpu().numpy(), t.requires_grad
 
 
 def _pack(tree, out=True):
     """Tensors to :class:`_Array` (``out``) or back, through dicts, lists and (named) tuples."""
-    from gpugrad._tensor import Tensor
-
     if out and isinstance(tree, Tensor) or not out and isinstance(tree, _Array):
         if out:
             return _Array(tree)
-        from gpugrad.creation import as_tensor
 
         return as_tensor(tree.array, device="cpu").requires_grad_(tree.requires_grad)
     if isinstance(tree, dict):
@@ -144,17 +145,14 @@ def _pack(tree, out=True):
 def _loop(wid, num_workers, base_seed, fetch, init_fn, tasks, results, main_pid):
     """One worker: seed, init, then fetch batches until told to stop (None)."""
     global _INFO
-    import gpugrad
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # NOTE: Ctrl-C is the main process's to handle (see module doc)
     _watch_parent(main_pid)
 
     os.environ["GPUGRAD_DEVICE"] = "cpu"  # NOTE: never touch a CUDA context inherited from the parent
-    if hasattr(gpugrad, "set_default_device"):
-        gpugrad.set_default_device("cpu")
+    set_default_device("cpu")
     seed = base_seed + wid
     random.seed(seed)
-    gpugrad.manual_seed(seed)
+    manual_seed(seed)
     np.random.seed(np.random.SeedSequence((base_seed, wid)).generate_state(4))
     _INFO = WorkerInfo(id=wid, num_workers=num_workers, seed=seed, dataset=fetch.dataset)
     failed, stream, stream_of = None, None, None
@@ -184,9 +182,7 @@ def _loop(wid, num_workers, base_seed, fetch, init_fn, tasks, results, main_pid)
 
 class _Pool:
     """The worker processes of one loader, their index queues and the result queue."""
-
     def __init__(self, loader, fetch):
-        from gpugrad.utils.data.sampler import _rng
 
         ctx = loader.multiprocessing_context
         ctx = multiprocessing.get_context(ctx) if ctx is None or isinstance(ctx, str) else ctx

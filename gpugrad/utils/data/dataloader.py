@@ -23,7 +23,10 @@ import itertools
 
 import numpy as np
 
+from gpugrad._tensor import Tensor
 from gpugrad.backend import backend_of, get_backend
+from gpugrad.creation import as_tensor, tensor
+from gpugrad.ops.movement import Stack
 from gpugrad.utils.data import _worker
 from gpugrad.utils.data._worker import get_worker_info  # noqa: F401  (torch's home of it)
 from gpugrad.utils.data.dataset import IterableDataset, TensorDataset
@@ -38,23 +41,21 @@ def default_collate(batch):
     """One batch from a list of samples, as torch's: Tensors (and NumPy arrays) stacked along a new first axis,
     Python floats to a float64 Tensor, ints to int64 (bools to bool), strings kept as a list, dicts and named tuples
     field by field, other sequences as a list of per-field batches (samples must have equal lengths)."""
-    import gpugrad
-
     elem = batch[0]
-    if isinstance(elem, gpugrad.Tensor):
+    if isinstance(elem, Tensor):
         bad = next((i for i, t in enumerate(batch) if t.shape != elem.shape), None)
         if bad is not None:
             raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(elem.shape)} at entry 0 "
                                f"and {list(batch[bad].shape)} at entry {bad}")
-        return gpugrad.stack(batch)
+        return Stack.stack(batch)
     if isinstance(elem, (np.ndarray, np.generic)) and not isinstance(elem, (np.str_, np.bytes_)):
         if elem.dtype.kind in "OSUVM":  # would need an object Tensor
             raise TypeError(_COLLATE_ERROR.format(elem.dtype))
-        return default_collate([gpugrad.as_tensor(b) for b in batch])
+        return default_collate([as_tensor(b) for b in batch])
     if isinstance(elem, float):
-        return gpugrad.tensor(batch, dtype=np.float64)
+        return tensor(batch, dtype=np.float64)
     if isinstance(elem, int):
-        return gpugrad.tensor(batch)
+        return tensor(batch)
     if isinstance(elem, (str, bytes)):
         return batch
     if isinstance(elem, abc.Mapping):
@@ -80,10 +81,8 @@ def default_collate(batch):
 
 def default_convert(data):
     """``collate_fn`` without batching (``batch_size=None``): NumPy arrays to Tensors, containers field by field."""
-    import gpugrad
-
     if isinstance(data, np.ndarray) and data.dtype.kind not in "OSUVM" or isinstance(data, np.number):
-        return gpugrad.as_tensor(data)
+        return as_tensor(data)
     if isinstance(data, abc.Mapping):
         return type(data)({k: default_convert(v) for k, v in data.items()})
     if isinstance(data, tuple) and hasattr(data, "_fields"):
@@ -95,9 +94,7 @@ def default_convert(data):
 
 def _to(tree, backend):
     """``tree`` with its Tensors on ``backend`` (default collate's batches go to the loader's device)."""
-    import gpugrad
-
-    if isinstance(tree, gpugrad.Tensor):
+    if isinstance(tree, Tensor):
         return tree if tree._backend is backend else tree.to(backend.device)
     if isinstance(tree, dict):
         return type(tree)({k: _to(v, backend) for k, v in tree.items()})
@@ -272,7 +269,6 @@ class DataLoader:
             yield np.fromiter(itertools.chain.from_iterable(batches), dtype=np.int64), list(zip([0] + ends[:-1], ends))
 
     def _iter_arrays(self, start):
-        from gpugrad.creation import as_tensor
 
         be, sources = self.backend, self._sources()
         for order, bounds in self._order_chunks(start):

@@ -15,6 +15,10 @@ import warnings
 
 import numpy as np
 
+from gpugrad._tensor import Tensor
+from gpugrad.backend import backend_of
+from gpugrad.utils.data.sampler import _rng
+
 
 class _SizeMismatch(ValueError, AssertionError):
     """torch raises AssertionError here; a ValueError is what it is."""
@@ -26,7 +30,6 @@ class _NoTensors(ValueError, IndexError):
 
 class Dataset:
     """Map-style dataset: ``dataset[i]`` is one sample for 0 <= i < len(dataset); ``a + b`` concatenates."""
-
     def __getitem__(self, index):
         raise NotImplementedError("Subclasses of Dataset should implement __getitem__.")
 
@@ -47,7 +50,6 @@ class IterableDataset(Dataset):
 
 class ChainDataset(IterableDataset):
     """The samples of several IterableDatasets, one after the other."""
-
     def __init__(self, datasets):
         self.datasets = datasets
 
@@ -73,7 +75,6 @@ class TensorDataset(Dataset):
     """
 
     def __init__(self, *tensors):
-        from gpugrad._tensor import Tensor
 
         if not tensors:
             raise _NoTensors("TensorDataset needs at least one array")
@@ -88,13 +89,10 @@ class TensorDataset(Dataset):
 
     @property
     def tensors(self):
-        from gpugrad._tensor import Tensor
 
         return tuple(Tensor._wrap(a) for a in self.arrays)
 
     def __getitem__(self, index):
-        from gpugrad._tensor import Tensor
-        from gpugrad.backend import backend_of
 
         # NOTE: explicit device: a[i] of a 1-d array is a NumPy scalar, which would otherwise go to the default device
         return tuple(Tensor(a[index], device=backend_of(a).device) for a in self.arrays)
@@ -109,7 +107,6 @@ class TensorDataset(Dataset):
 
 class Subset(Dataset):
     """The samples of ``dataset`` at ``indices``, in that order."""
-
     def __init__(self, dataset, indices):
         self.dataset, self.indices = dataset, indices
 
@@ -129,7 +126,6 @@ class Subset(Dataset):
 
 class ConcatDataset(Dataset):
     """The samples of several map-style datasets, one after the other (``cumulative_sizes`` ends each)."""
-
     def __init__(self, datasets):
         self.datasets = list(datasets)
         if not self.datasets:
@@ -153,7 +149,6 @@ class ConcatDataset(Dataset):
 def random_split(dataset, lengths, generator=None):
     """Non-overlapping Subsets of the given lengths (or fractions summing to 1: floor(n * f) each, the remainder
     handed out one by one from the first split), from one random permutation drawn from ``generator``."""
-    from gpugrad.utils.data.sampler import _rng
 
     n = len(dataset)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:

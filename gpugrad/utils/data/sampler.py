@@ -17,12 +17,13 @@ import math
 
 import numpy as np
 
+from gpugrad import distributed as dist
+from gpugrad.backend import CPU
+from gpugrad.random import generator as rng_of
+
 
 def _rng(generator=None):
     """The NumPy generator behind a gpugrad CPU ``Generator`` (None: the default one)."""
-    from gpugrad.backend import CPU
-    from gpugrad.random import generator as rng_of
-
     return rng_of(CPU, generator)
 
 
@@ -33,7 +34,6 @@ def _positive(name, v):
 
 class Sampler:
     """Base class: an iterable of indices (or of index lists, for a batch sampler), with ``__len__`` where known."""
-
     def __init__(self, data_source=None):
         pass
 
@@ -43,7 +43,6 @@ class Sampler:
 
 class SequentialSampler(Sampler):
     """0, 1, ..., len(data_source) - 1."""
-
     def __init__(self, data_source):
         self.data_source = data_source
 
@@ -98,7 +97,6 @@ class RandomSampler(Sampler):
 
 class SubsetRandomSampler(Sampler):
     """The given indices in a random order."""
-
     def __init__(self, indices, generator=None):
         self.indices, self.generator = indices, generator
 
@@ -111,7 +109,6 @@ class SubsetRandomSampler(Sampler):
 
 class WeightedRandomSampler(Sampler):
     """``num_samples`` indices i drawn with probability weights[i] / sum(weights) (with or without replacement)."""
-
     def __init__(self, weights, num_samples, replacement=True, generator=None):
         _positive("num_samples", num_samples)
         if not isinstance(replacement, bool):
@@ -136,7 +133,6 @@ class WeightedRandomSampler(Sampler):
 
 class BatchSampler(Sampler):
     """Lists of ``batch_size`` indices from ``sampler``; the last one shorter unless ``drop_last``."""
-
     def __init__(self, sampler, batch_size, drop_last):
         _positive("batch_size", batch_size)
         if not isinstance(drop_last, bool):
@@ -166,7 +162,6 @@ class DistributedSampler(Sampler):
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
         if num_replicas is None or rank is None:
-            from gpugrad import distributed as dist
 
             num_replicas = dist.get_world_size() if num_replicas is None else num_replicas
             rank = dist.get_rank() if rank is None else rank
