@@ -12,7 +12,8 @@ import pytest
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and "gpu" in item.keywords and not hasattr(report, "wasxfail"):
+    gpu = item.get_closest_marker("gpu") is not None or item.get_closest_marker("cuda") is not None
+    if report.skipped and gpu and not hasattr(report, "wasxfail"):
         from gpugrad.testing import cuda_sim
 
         if cuda_sim.enabled():

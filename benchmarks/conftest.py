@@ -22,7 +22,7 @@ def pytest_collection_modifyitems(config, items):
     if not gpugrad.cuda.is_available():
         skip = pytest.mark.skip(reason=f"no CUDA device: {gpugrad.cuda.unavailable_reason()}")
         for item in items:
-            if "gpu" in item.keywords or "cuda" in item.keywords:
+            if item.get_closest_marker("gpu") is not None or item.get_closest_marker("cuda") is not None:
                 item.add_marker(skip)
         return
     here = Path(__file__).parent

@@ -14,19 +14,25 @@ def _gpu_skip_reason():
             "GPUGRAD_CUDA_SIM=1 python -m pytest -m gpu)")
 
 
+def marked_gpu(item):
+    """Whether a test carries the gpu (or its alias cuda) marker. NOTE: markers, not ``item.keywords``, which also
+    holds the names of the test's folders (tests/cuda/)."""
+    return item.get_closest_marker("gpu") is not None or item.get_closest_marker("cuda") is not None
+
+
 def pytest_collection_modifyitems(config, items):
     reason = _gpu_skip_reason()
     for item in items:
-        if "cuda" in item.keywords and "gpu" not in item.keywords:
+        if item.get_closest_marker("cuda") is not None and item.get_closest_marker("gpu") is None:
             item.add_marker(pytest.mark.gpu)
-        if reason and "gpu" in item.keywords:
+        if reason and marked_gpu(item):
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)
 def _cpu_unless_gpu(request, monkeypatch):
     """CPU suites stay on the CPU on a GPU machine too (the default device would otherwise be CUDA)."""
-    if "gpu" not in request.keywords:
+    if not marked_gpu(request.node):
         monkeypatch.setenv("GPUGRAD_DEVICE", "cpu")
 
 
