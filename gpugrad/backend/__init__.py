@@ -36,7 +36,7 @@ class Backend:
     @property
     def kernels(self):
         """This device's implementation of the kernel functions: the NumPy references on the CPU
-        (``backend/reference.py``), the CUDA kernels on CUDA (``backend/kernels.py``); same names and signatures."""
+        (``backend/reference/``), the CUDA kernels on CUDA (``backend/kernels/``); same names and signatures."""
         from gpugrad.backend import kernels, reference
 
         return reference if self.name == "cpu" else kernels
