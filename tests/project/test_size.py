@@ -29,7 +29,9 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # promotion, creation functions, generators, DLPack (~495); losses with weights/ignore_index/label smoothing/probability
 # targets, BatchNorm, containers, hooks, nn.utils, exact GELU/erf (~740); RMSprop, Adagrad, amsgrad, 15 schedulers,
 # torch's param_groups and state_dict, utils.data with worker processes, save/load without pickle (~1,070).
-BUDGETS = {"library": 9900, "tooling": 2420, "testing": 1730}
+# library 9900 -> 9980, tooling 2420 -> 2460 (issue 19): backend/kernels.py, backend/reference.py and bench/suites.py
+# split into one module per family; the ~110 new lines are the modules' imports and the packages' re-exports.
+BUDGETS = {"library": 9980, "tooling": 2460, "testing": 1730}
 
 
 def code_lines(path: Path) -> int:
