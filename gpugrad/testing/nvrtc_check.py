@@ -9,6 +9,11 @@ also gets one wrapper ``__global__`` per ``kernels.ELEMENTWISE`` entry and dtype
 when CuPy is installed, that family is compiled once more behind CuPy's headers and typedefs, as CuPy does.
 
     python -m gpugrad.testing.nvrtc_check [--arch sm_90]    # table; exit 1 on an error, a spill or local memory
+    python -m gpugrad.testing.nvrtc_check --timings [--json t.json]   # cold-compile seconds per module and unit
+
+``--timings`` compiles as CuPy compiles a RawModule (no ``-Xptxas -v``): each family once with every name expression
+(the whole-module RawModule the launchers used to build), then each instantiation alone (the RawModule they build
+now, at its first launch), in one thread, timing wall and CPU seconds; then all of a family's at once in threads.
 
 NVRTC comes from the ``cuda-bindings`` + ``nvidia-cuda-nvrtc`` wheels (located by cuda-pathfinder); the kernels
 include no system headers, so no CUDA include directory is needed.
@@ -16,9 +21,12 @@ include no system headers, so no CUDA include directory is needed.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
+import json
 import re
 import sys
+import time
 
 from gpugrad.backend import kernels
 
@@ -216,6 +224,52 @@ def global_accesses(family, arch=ARCH):
             for (a, name), (b, _) in zip(starts, starts[1:]) if name in lowered}
 
 
+def compile_seconds(family, names, arch=ARCH):
+    """(wall, CPU) seconds of one cold NVRTC compile of ``kernels.source(family)`` for ``names``, with the options
+    CuPy passes (``kernels.OPTIONS``, ``-ftz=true``, ``-arch``; no ptxas report). CPU seconds are this process's,
+    so they are the compile's own only when nothing else runs in it."""
+    from cuda.bindings import nvrtc
+
+    src = kernels.source(family)
+    wall, cpu = time.perf_counter(), time.process_time()
+    (prog,) = _check_call(nvrtc, nvrtc.nvrtcCreateProgram(src.encode(), f"{family}.cu".encode(), 0, [], []),
+                          "nvrtcCreateProgram")
+    try:
+        for n in names:
+            _check_call(nvrtc, nvrtc.nvrtcAddNameExpression(prog, n.encode()), f"nvrtcAddNameExpression({n})")
+        opts = [o.encode() for o in (*kernels.OPTIONS, *CUPY_OPTIONS, f"-arch={arch}")]
+        _check_call(nvrtc, nvrtc.nvrtcCompileProgram(prog, len(opts), opts), f"compiling {family} {names}")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def compile_timings(arch=ARCH, families=kernels.FAMILIES, workers=8):
+    """{family: {"module": (wall, cpu) of the whole module, "units": {name expression: (wall, cpu)} one at a time,
+    "parallel_wall": wall seconds of all of them at once on ``workers`` threads}}."""
+    out = {}
+    for family in families:
+        names = kernels.NAME_EXPRESSIONS[family]
+        entry = out[family] = {"module": compile_seconds(family, names, arch),
+                               "units": {n: compile_seconds(family, [n], arch) for n in names}}
+        wall = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda n: compile_seconds(family, [n], arch), names))
+        entry["parallel_wall"] = time.perf_counter() - wall
+    return out
+
+
+def format_timings(timings, arch=ARCH):
+    options = " ".join(kernels.OPTIONS + CUPY_OPTIONS)
+    lines = [f"cold NVRTC compiles for {arch} (options {options}), seconds wall / CPU"]
+    for family, e in timings.items():
+        wall, cpu = (sum(v[i] for v in e["units"].values()) for i in (0, 1))
+        lines.append(f"{family}: whole module {e['module'][0]:.2f} / {e['module'][1]:.2f}; {len(e['units'])} "
+                     f"instantiations one by one {wall:.2f} / {cpu:.2f}, all at once {e['parallel_wall']:.2f} wall")
+        lines += [f"    {u}: {w:.2f} / {c:.2f}" for u, (w, c) in e["units"].items()]
+    return "\n".join(lines)
+
+
 def check(arch=ARCH):
     sources = list(_sources())
     if (cupy_env := cupy_elementwise_source()) is not None:
@@ -246,11 +300,22 @@ def format_table(results, arch=ARCH):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default=ARCH)
+    ap.add_argument("--timings", action="store_true",
+                    help="time cold compiles instead (module, instantiations, parallel)")
+    ap.add_argument("--families", default=",".join(kernels.FAMILIES), help="with --timings: which (comma-separated)")
+    ap.add_argument("--json", metavar="PATH", help="with --timings: also write them as JSON")
     args = ap.parse_args(argv)
     ok, why = available()
     if not ok:
         print(why, file=sys.stderr)
         return 2
+    if args.timings:
+        timings = compile_timings(args.arch, [f for f in args.families.split(",") if f])
+        print(f"{why}\n{format_timings(timings, args.arch)}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"nvrtc": why, "arch": args.arch, "timings": timings}, f, indent=1)
+        return 0
     results = check(args.arch)
     print(f"{why}\n{format_table(results, args.arch)}")
     bad = problems(results)

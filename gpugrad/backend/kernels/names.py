@@ -100,3 +100,34 @@ USES = {
     "adagrad_multi_update_": ("optim:adagrad_multi_update_",),
 }
 
+
+# The pointwise<Op> functors each pointwise launcher instantiates ({c}: its C type; a prefix where it takes several).
+_FUNCTORS = {
+    **{f"{d.name}_{e}": f"Act{e.title()}<{{c}}, pw::{d.name}>>" for d in KERNEL_OPS for e in ("fwd", "bwd")},
+    "bias_act_fwd": "BiasActFwd<{c},", "dropout_fwd": "DropoutFwd<{c},", "dropout_bwd": "DropoutBwd<{c}>>",
+    "accumulate_": "Accumulate<{c}>>", "copy_": "ActFwd<{c}, pw::identity>>",
+}
+_DTYPE_CTYPES = {"float16": "float", **CTYPES}  # float16 is computed in float32 (reference.opmath)
+
+
+def instantiations(launchers=None, dtypes=("float32",)) -> list:
+    """Sorted (family, name expression) of every raw kernel that ``launchers`` (every launcher of ``USES`` when None)
+    can launch on float arrays of ``dtypes``: what to compile before a first step (``kernels.warm_up``).
+    check_index's are per index type and always included; the ElementwiseKernels of strided layouts are not (CuPy
+    compiles those per dtype at their first call)."""
+    unknown = [d for d in dtypes if d not in _DTYPE_CTYPES]
+    if unknown:
+        raise ValueError(f"instantiations: dtypes must be among {tuple(_DTYPE_CTYPES)}, got {unknown}")
+    ctypes = {_DTYPE_CTYPES[d] for d in dtypes}
+    found = set()
+    for launcher in USES if launchers is None else launchers:
+        if launcher not in USES:
+            raise ValueError(f"instantiations: {launcher!r} is not a kernel launcher (kernels.USES)")
+        for family, _, kernel in (u.partition(":") for u in USES[launcher]):
+            if family == "ew":
+                continue
+            heads = {f"{kernel}<" if kernel == "check_index" else
+                     f"pointwise<{_FUNCTORS[launcher].format(c=c)}" if kernel == "pointwise" else f"{kernel}<{c}"
+                     for c in ctypes}
+            found |= {(family, e) for e in NAME_EXPRESSIONS[family] if any(e.startswith(h) for h in heads)}
+    return sorted(found)
