@@ -31,7 +31,9 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # torch's param_groups and state_dict, utils.data with worker processes, save/load without pickle (~1,070).
 # library 9900 -> 9980, tooling 2420 -> 2460 (issue 19): backend/kernels.py, backend/reference.py and bench/suites.py
 # split into one module per family; the ~110 new lines are the modules' imports and the packages' re-exports.
-BUDGETS = {"library": 9980, "tooling": 2460, "testing": 1730}
+# library 9980 -> 10020, testing 1730 -> 1780 (issue 18): a RawModule per instantiation, kernels.instantiations and
+# warm_up on a thread pool (~35); nvrtc_check --timings, the cold-compile seconds in the README (~50).
+BUDGETS = {"library": 10020, "tooling": 2460, "testing": 1780}
 
 
 def code_lines(path: Path) -> int:
