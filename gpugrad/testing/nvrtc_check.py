@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import re
@@ -168,7 +169,10 @@ def _check_call(nvrtc, result, what):
     return result[1:] if isinstance(result, tuple) else ()
 
 
-def compile_family(family, src, names, arch=ARCH, options=None):
+@contextlib.contextmanager
+def _program(family, src, names):
+    """(nvrtc, an NVRTC program of ``src``, named <family>.cu, with ``names`` added as name expressions), destroyed
+    on the way out."""
     from cuda.bindings import nvrtc
 
     (prog,) = _check_call(nvrtc, nvrtc.nvrtcCreateProgram(src.encode(), f"{family}.cu".encode(), 0, [], []),
@@ -176,6 +180,13 @@ def compile_family(family, src, names, arch=ARCH, options=None):
     try:
         for n in names:
             _check_call(nvrtc, nvrtc.nvrtcAddNameExpression(prog, n.encode()), f"nvrtcAddNameExpression({n})")
+        yield nvrtc, prog
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def compile_family(family, src, names, arch=ARCH, options=None):
+    with _program(family, src, names) as (nvrtc, prog):
         opts = [o.encode() for o in (*(options or kernels.OPTIONS), *CUPY_OPTIONS, f"-arch={arch}", "-Xptxas", "-v")]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         (size,) = _check_call(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
@@ -191,8 +202,6 @@ def compile_family(family, src, names, arch=ARCH, options=None):
         usage = parse_ptxas(log, lowered)
         found = [KernelUsage(family, n, **usage.get(low, {})) for low, n in lowered.items()]
         return FamilyResult(family, True, log, found)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
 
 
 _PTX_ENTRY = re.compile(r"^\.(?:visible|weak) \.entry (\S+)\(", re.M)
@@ -202,22 +211,14 @@ _GLOBAL_ACCESS = re.compile(r"\b((?:ld|st)\.global(?:\.nc)?(?:\.v[248])?\.[a-z]+
 def global_accesses(family, arch=ARCH):
     """{name expression: the set of global load/store forms in its PTX}, e.g. {'ld.global.nc.v4.f32', ...}: which
     kernels issue 16-byte vector accesses. Compiled as the launchers compile it, for the virtual architecture."""
-    from cuda.bindings import nvrtc
-
     src, names = kernels.source(family), list(kernels.NAME_EXPRESSIONS[family])
-    (prog,) = _check_call(nvrtc, nvrtc.nvrtcCreateProgram(src.encode(), f"{family}.cu".encode(), 0, [], []),
-                          "nvrtcCreateProgram")
-    try:
-        for n in names:
-            _check_call(nvrtc, nvrtc.nvrtcAddNameExpression(prog, n.encode()), f"nvrtcAddNameExpression({n})")
+    with _program(family, src, names) as (nvrtc, prog):
         opts = [o.encode() for o in (*kernels.OPTIONS, *CUPY_OPTIONS, f"-arch={arch.replace('sm_', 'compute_')}")]
         _check_call(nvrtc, nvrtc.nvrtcCompileProgram(prog, len(opts), opts), f"compiling {family} to PTX")
         (size,) = _check_call(nvrtc, nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
         buf = b" " * size
         _check_call(nvrtc, nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
         lowered = {_check_call(nvrtc, nvrtc.nvrtcGetLoweredName(prog, n.encode()), n)[0].decode(): n for n in names}
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
     ptx = buf.rstrip(b"\0 ").decode()
     starts = [(m.start(), m.group(1)) for m in _PTX_ENTRY.finditer(ptx)] + [(len(ptx), None)]
     return {lowered[name]: set(_GLOBAL_ACCESS.findall(ptx[a:b]))
@@ -228,19 +229,11 @@ def compile_seconds(family, names, arch=ARCH):
     """(wall, CPU) seconds of one cold NVRTC compile of ``kernels.source(family)`` for ``names``, with the options
     CuPy passes (``kernels.OPTIONS``, ``-ftz=true``, ``-arch``; no ptxas report). CPU seconds are this process's,
     so they are the compile's own only when nothing else runs in it."""
-    from cuda.bindings import nvrtc
-
     src = kernels.source(family)
     wall, cpu = time.perf_counter(), time.process_time()
-    (prog,) = _check_call(nvrtc, nvrtc.nvrtcCreateProgram(src.encode(), f"{family}.cu".encode(), 0, [], []),
-                          "nvrtcCreateProgram")
-    try:
-        for n in names:
-            _check_call(nvrtc, nvrtc.nvrtcAddNameExpression(prog, n.encode()), f"nvrtcAddNameExpression({n})")
+    with _program(family, src, names) as (nvrtc, prog):
         opts = [o.encode() for o in (*kernels.OPTIONS, *CUPY_OPTIONS, f"-arch={arch}")]
         _check_call(nvrtc, nvrtc.nvrtcCompileProgram(prog, len(opts), opts), f"compiling {family} {names}")
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
