@@ -1,5 +1,5 @@
 """What anomaly mode (gpugrad.autograd.detect_anomaly) costs: the MLP training step (784-1024-1024-10, ReLU,
-cross-entropy, SGD, float32; gpugrad.bench.suites.mlp_steps) with it on and off.
+cross-entropy, SGD, float32; gpugrad.bench.workloads.mlp.mlp_steps) with it on and off.
 
     python benchmarks/bench_anomaly.py [--repeats 101] [--steps 2]     # CPU ratios; launches/syncs on a (simulated) GPU
     pytest benchmarks/bench_anomaly.py --benchmark-enable              # the two steps side by side
@@ -18,7 +18,7 @@ import pytest
 
 from gpugrad import autograd
 from gpugrad.backend import get_backend
-from gpugrad.bench.suites import mlp_steps
+from gpugrad.bench.workloads.mlp import mlp_steps
 
 
 def _step(device, batch):

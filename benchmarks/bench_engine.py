@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpugrad.backend import get_backend
-from gpugrad.bench.suites import tiny_chain
+from gpugrad.bench.workloads.engine import tiny_chain
 
 N_TINY = 1000
 

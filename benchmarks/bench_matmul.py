@@ -8,26 +8,28 @@ from __future__ import annotations
 
 import pytest
 
-from gpugrad.bench import suites
+from gpugrad.bench.workloads.inputs import shared_inputs
+from gpugrad.bench.workloads.matmul import matmul_workload, mlp_matmuls
+from gpugrad.bench.workloads.ops import OP_IMPLS, ops
 
 
 def _gemms(enabled, device):
     if not enabled:
-        return suites.mlp_matmuls(32, width=64)
-    return suites.mlp_matmuls(4096 if device == "cuda" else 512)
+        return mlp_matmuls(32, width=64)
+    return mlp_matmuls(4096 if device == "cuda" else 512)
 
 
 @pytest.mark.parametrize("impl", ["kernel", "torch"])  # gpugrad's matmul *is* xp.matmul: no separate baseline
 @pytest.mark.parametrize("which", range(3), ids=["fwd", "grad_x", "grad_w"])
 def test_gemm(bench, benchmark, which, impl, device):
     case = _gemms(not benchmark.disabled, device)[which]
-    inputs = suites.shared_inputs(device, 1, 1)
-    bench(f"gemm {case.name} [{device}]", lambda: suites.matmul_workload(case, impl, inputs), device,
+    inputs = shared_inputs(device, 1, 1)
+    bench(f"gemm {case.name} [{device}]", lambda: matmul_workload(case, impl, inputs), device,
           flops=case.flops)
 
 
-@pytest.mark.parametrize("impl", suites.OP_IMPLS)
-@pytest.mark.parametrize("case", suites.ops("matmul"), ids=lambda c: c.name)
+@pytest.mark.parametrize("impl", OP_IMPLS)
+@pytest.mark.parametrize("case", ops("matmul"), ids=lambda c: c.name)
 def test_op_forward_backward(bench_op, benchmark, case, impl, device):
     # (batch, features) inputs against a (features, features) weight: the MLP's hidden layer when enabled
     bench_op(case, impl, device, shape=(512, 1024) if not benchmark.disabled else (32, 64))

@@ -6,7 +6,7 @@ at batch 64, 512 and 4096, next to PyTorch CUDA eager in the same run.
 
 Run: pytest benchmarks/bench_mlp.py --benchmark-enable
 Targets: gpugrad within 1.10x of the NumPy step at batch 512 (the ratio at batch 64 is reported too); on CUDA,
-batch 4096 no slower than PyTorch eager.  The workloads are gpugrad.bench.suites.mlp_steps, as in `gpugrad bench`.
+batch 4096 no slower than PyTorch eager.  The workloads are gpugrad.bench.workloads.mlp.mlp_steps, as in `gpugrad bench`.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpugrad.backend import get_backend
-from gpugrad.bench.suites import MLP_IMPLS, mlp_steps
+from gpugrad.bench.workloads.mlp import MLP_IMPLS, mlp_steps
 
 # NOTE: CUDA graphs exist only on CUDA, so the cpu cases leave gpugrad_graph out rather than skip it
 CASES = [pytest.param(device, batch, impl, id=f"{device}-{batch}-{impl}",

@@ -14,22 +14,24 @@ import pytest
 import gpugrad
 from gpugrad import nn, optim
 from gpugrad.backend import get_backend
-from gpugrad.bench import suites
+from gpugrad.bench.workloads.kernels import IMPLS, kernels
+from gpugrad.bench.workloads.mlp import MLP_SIZES
+from gpugrad.bench.workloads.optim import OPTIM_IMPLS, OPTIMIZERS, optimizer_workload
 from gpugrad.nn import functional as F
 
 
-@pytest.mark.parametrize("impl", suites.IMPLS)
-@pytest.mark.parametrize("case", suites.kernels("optim"), ids=lambda c: c.id)
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("case", kernels("optim"), ids=lambda c: c.id)
 def test_kernel(bench_kernel, case, impl, device):
     bench_kernel(case, impl, device)
 
 
-@pytest.mark.parametrize("impl", suites.OPTIM_IMPLS)
-@pytest.mark.parametrize("kind", suites.OPTIMIZERS)
+@pytest.mark.parametrize("impl", OPTIM_IMPLS)
+@pytest.mark.parametrize("kind", OPTIMIZERS)
 def test_optimizer_step(bench, benchmark, kind, impl, device):
-    sizes = suites.MLP_SIZES if not benchmark.disabled else (20, 32, 32, 10)
+    sizes = MLP_SIZES if not benchmark.disabled else (20, 32, 32, 10)
     bench(f"optimizer {kind} step, MLP {'-'.join(map(str, sizes))} [{device}]",
-          lambda: suites.optimizer_workload(kind, impl, get_backend(device), sizes), device)
+          lambda: optimizer_workload(kind, impl, get_backend(device), sizes), device)
 
 
 def training_step(kind, zero_grad, device, sizes, batch=64):
@@ -52,8 +54,8 @@ def training_step(kind, zero_grad, device, sizes, batch=64):
 
 
 @pytest.mark.parametrize("zero_grad", ["none", "zeros"])
-@pytest.mark.parametrize("kind", suites.OPTIMIZERS)
+@pytest.mark.parametrize("kind", OPTIMIZERS)
 def test_training_step(bench, benchmark, kind, zero_grad, device):
-    sizes = suites.MLP_SIZES if not benchmark.disabled else (20, 32, 32, 10)
+    sizes = MLP_SIZES if not benchmark.disabled else (20, 32, 32, 10)
     bench(f"training step, {kind}, MLP {'-'.join(map(str, sizes))} batch 64 [{device}]",
           lambda: training_step(kind, zero_grad, device, sizes), device)

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from gpugrad.bench import suites
+from gpugrad.bench.workloads.kernels import IMPLS, kernels
+from gpugrad.bench.workloads.ops import OP_IMPLS, ops
 
 
-@pytest.mark.parametrize("impl", suites.IMPLS)
-@pytest.mark.parametrize("case", suites.kernels("reduce", "norm"), ids=lambda c: c.id)
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("case", kernels("reduce", "norm"), ids=lambda c: c.id)
 def test_kernel(bench_kernel, case, impl, device):
     bench_kernel(case, impl, device)
 
 
-@pytest.mark.parametrize("impl", suites.OP_IMPLS)
-@pytest.mark.parametrize("case", suites.ops("reduce", "norm"), ids=lambda c: c.name)
+@pytest.mark.parametrize("impl", OP_IMPLS)
+@pytest.mark.parametrize("case", ops("reduce", "norm"), ids=lambda c: c.name)
 def test_op_forward_backward(bench_op, case, impl, device):
     bench_op(case, impl, device)

@@ -4,7 +4,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-# ---- appended for the gpugrad.bench suites (bench_elementwise/reduce/softmax_xent/matmul/optim.py) ------------------
+# ---- appended for the gpugrad.bench workloads (bench_elementwise/reduce/softmax_xent/matmul/optim.py) ------------------
 # Each benchmark group is one workload on one device; its members are the implementations (kernel or gpugrad,
 # baseline, torch), so pytest-benchmark's per-group ratios compare them in the same run.
 import pytest  # noqa: E402
@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
 
     peers = [item for item in items if torch_on_cuda(item)]
     if peers:
-        from gpugrad.bench.suites import torch_unavailable_reason
+        from gpugrad.bench.workloads.torch_peer import torch_unavailable_reason
 
         reason = torch_unavailable_reason("cuda")
         if reason:
@@ -89,11 +89,11 @@ def bench(benchmark):
     """bench(group, build, device, nbytes=None, flops=None): time build() (a zero-argument callable; LookupError
     skips with its reason) in ``group``; GPU work is synchronized per call; GB/s or GFLOP/s go to extra_info."""
     from gpugrad.backend import get_backend
-    from gpugrad.bench import suites
+    from gpugrad.bench.timing import synced
 
     def run(group, build, device, nbytes=None, flops=None):
         try:
-            fn = suites.synced(build(), get_backend(device))
+            fn = synced(build(), get_backend(device))
         except LookupError as e:
             pytest.skip(str(e))
         benchmark.group = group
@@ -110,16 +110,17 @@ def bench(benchmark):
 
 @pytest.fixture
 def bench_kernel(bench, benchmark):
-    """One kernel case (gpugrad.bench.suites.KERNELS) and implementation on a device."""
-    from gpugrad.bench import suites
+    """One kernel case (gpugrad.bench.workloads.kernels.KERNELS) and implementation on a device."""
+    from gpugrad.bench.workloads.inputs import bench_shape, bytes_moved, shared_inputs
+    from gpugrad.bench.workloads.kernels import kernel_workload
 
     def run(case, impl, device):
-        inputs = suites.shared_inputs(device, *suites.bench_shape(device, not benchmark.disabled))
+        inputs = shared_inputs(device, *bench_shape(device, not benchmark.disabled))
         nbytes = None
         if not benchmark.disabled:  # the launcher's traffic, for every implementation in the group alike
-            fn, args = suites.kernel_workload(case, "kernel", inputs)
-            nbytes = suites.bytes_moved(args, fn(), case.inplace)
-        bench(f"kernel {case.id} [{device}]", lambda: suites.kernel_workload(case, impl, inputs)[0], device,
+            fn, args = kernel_workload(case, "kernel", inputs)
+            nbytes = bytes_moved(args, fn(), case.inplace)
+        bench(f"kernel {case.id} [{device}]", lambda: kernel_workload(case, impl, inputs)[0], device,
               nbytes=nbytes)
 
     return run
@@ -127,12 +128,13 @@ def bench_kernel(bench, benchmark):
 
 @pytest.fixture
 def bench_op(bench, benchmark):
-    """One autograd op case (gpugrad.bench.suites.OPS), forward + backward, and implementation on a device."""
-    from gpugrad.bench import suites
+    """One autograd op case (gpugrad.bench.workloads.ops.OPS), forward + backward, and implementation on a device."""
+    from gpugrad.bench.workloads.inputs import bench_shape, shared_inputs
+    from gpugrad.bench.workloads.ops import op_workload
 
     def run(case, impl, device, shape=None):
-        shape = shape or suites.bench_shape(device, not benchmark.disabled)
-        inputs = suites.shared_inputs(device, *shape)
-        bench(f"op {case.name} fwd+bwd [{device}]", lambda: suites.op_workload(case, impl, inputs), device)
+        shape = shape or bench_shape(device, not benchmark.disabled)
+        inputs = shared_inputs(device, *shape)
+        bench(f"op {case.name} fwd+bwd [{device}]", lambda: op_workload(case, impl, inputs), device)
 
     return run

@@ -67,7 +67,7 @@ template <typename T> struct RowCache { static constexpr int K = sizeof(T) == 4 
 // The same for the team row kernels (reduce.cu, norm.cu; RowTeam below): two 16-byte vectors of floats (8), one
 // of doubles (2). NOTE: double exp/log need the registers: 4 cached doubles a thread spill under the 64-register
 // cap that two 512-thread blocks per SM impose. A 512-thread team caches 4096 floats / 1024 doubles; longer rows
-// re-read their later chunks (from L2). kernels.py row_plan sizes the teams by the same K.
+// re-read their later chunks (from L2). launch.py row_plan sizes the teams by the same K.
 template <typename T> struct TeamCache { static constexpr int K = sizeof(T) == 4 ? 8 : 2; };
 
 // ---- 16-byte vectors: a Pack of N elements is loaded or stored as one access (ld.global.v4.f32 / .v2.f64), the
@@ -216,7 +216,7 @@ template <typename T> __device__ __forceinline__ void block_reduce_lse(T& m, T& 
 
 // ---- row teams: the threads that own one row. A row of up to 32 * K columns gets G = 1..32 lanes of one warp
 // (blockDim.x / G rows per block) and reduces with shuffles alone; a longer row gets a whole block (block
-// reductions). kernels.py row_plan picks G from cols and passes it as `lanes` (0: a block per row). A team past
+// reductions). launch.py row_plan picks G from cols and passes it as `lanes` (0: a block per row). A team past
 // the last row is idle: it sees an empty row (cols 0) and stores nothing, but still takes part in its warp's
 // shuffles (full-mask shuffles need every lane of the warp). Column indices are int (the launchers reject rows of
 // 2^31 or more columns); only the row offset needs 64 bits.

@@ -2,7 +2,7 @@
 // - contiguous arrays: the raw kernel `pointwise<Op>` below, 16-byte vector loads and stores, several vectors per
 //   thread, grid-stride (an Op functor per launcher calls the same device functions);
 // - strided or broadcast arrays: cupy.ElementwiseKernel(preamble=source(...)), where CuPy does broadcasting, strides
-//   and the T in {float, double} generics; the operation strings live in one table, kernels.py ELEMENTWISE.
+//   and the T in {float, double} generics; the operation strings live in one table, names.py ELEMENTWISE.
 // Backward functions take what the forward saved (named per function). Plus one more raw kernel, bias_act_bwd: the
 // fused activation backward + bias-gradient column sum.
 #include "common.cuh"
@@ -12,7 +12,7 @@
 // bwd(s, g, p0, p1) is g * f'(x) from the value the op saves, s = x or s = y (named per struct). bwd is linear in g,
 // so the same function is the VJP (g = gy) and the JVP (g = the tangent). p0, p1 are the op's parameters
 // (leaky_relu's slope, softplus's beta and threshold), unused by the others. Their NumPy references are
-// backend/reference.py's <op>_fwd / <op>_bwd.
+// backend/reference/'s <op>_fwd / <op>_bwd.
 
 namespace pw {  // (a namespace: struct sin beside the C library's sin() would be hidden by it)
 
@@ -171,7 +171,7 @@ bias_act_bwd(const T* __restrict__ saved, const T* __restrict__ gy, T* __restric
 // kVecs, the 16-byte vectors (of Y) a thread handles per grid-stride step, gives each thread 64 bytes of loads in
 // flight whatever the op reads per element: 4 for a float activation, 2 for a backward, 1 for float dropout with
 // double randoms. More would only cost registers: 4 resident blocks per SM x 256 threads x 64 B is ~8.6 MB in
-// flight on 132 SMs, past the ~3.5 MB that H200's bandwidth x latency needs. (= kernels.py _launch_pointwise)
+// flight on 132 SMs, past the ~3.5 MB that H200's bandwidth x latency needs. (= _launch_pointwise)
 template <typename A_, typename B_, typename Y_, typename Z_, int INPUTS, int OUTPUTS, bool BIAS = false,
           bool IN_PLACE = false>
 struct PointwiseOp {
@@ -230,7 +230,7 @@ template <typename T> struct Accumulate : PointwiseOp<T, T, T, T, 1, 1, false, t
     static __device__ __forceinline__ void apply(const T& g, const T&, T& acc, T&, double, double) { acc += g; }
 };
 
-// Launch shape, shared with kernels.py (_EW_BLOCK, _EW_MAX_GRID): 256-thread blocks; __launch_bounds__(256, 4)
+// Launch shape, shared with elementwise.py (_EW_BLOCK, _EW_MAX_GRID): 256-thread blocks; __launch_bounds__(256, 4)
 // caps registers at 64, so the 4 blocks per SM of the launchers' largest grid are all resident at once.
 enum { GG_EW_BLOCK = 256, GG_EW_MIN_BLOCKS = 4 };
 
@@ -239,7 +239,7 @@ enum { GG_EW_BLOCK = 256, GG_EW_MIN_BLOCKS = 4 };
 // a bias, cols is a multiple of the vector width, so a vector never straddles two rows): thread t of block k
 // handles the vectors k * U * B + u * B + t (u < U = Op::kVecs; coalesced per u) of each grid-stride step, then the
 // n % N tail elements one each; otherwise every element on the scalar path (grid-stride). T float/double (the Op
-// types above). Launch: block GG_EW_BLOCK exactly (its offsets are compile-time constants), grid from kernels.py
+// types above). Launch: block GG_EW_BLOCK exactly (its offsets are compile-time constants), grid from elementwise.py
 // _pointwise_grid. Ops: the activations, bias_act_fwd, dropout, accumulate_, copy_.
 template <class Op>
 __global__ void __launch_bounds__(GG_EW_BLOCK, GG_EW_MIN_BLOCKS)

@@ -1,6 +1,6 @@
 // kernels/loss.cu: softmax cross-entropy and the token log-probability, fused row kernels in a cupy.RawModule.
 // x C-contiguous (rows, cols) logits, t int64 (rows,) class ids, w (cols,) class weights or null (all 1); one block
-// per row (grid.x = rows, block 32..1024 from kernels.py row_block). The two ops are one kernel pair with a sign: the
+// per row (grid.x = rows, block 32..1024 from launch.py row_block). The two ops are one kernel pair with a sign: the
 // loss is -log p[t] (sign = +1), the log-probability is +log p[t] (sign = -1); neither forks the other's math.
 // Cross-entropy's options are torch's, as per-row and per-class terms: a row whose target equals `ignore` (when
 // `ignoring`) is ignored (loss 0, gradient 0, weight 0); w scales row r by w[t[r]]; label smoothing e mixes in the

@@ -1,6 +1,6 @@
 // kernels/norm.cu: LayerNorm over the last axis, forward and backward, as template kernels in a cupy.RawModule.
 // x C-contiguous (rows, cols), w and b (cols,). Row kernels as in reduce.cu: a team per row (common.cuh RowTeam:
-// G lanes of a warp for short rows, a block of 64..512 threads for long ones, from kernels.py row_plan), the first
+// G lanes of a warp for short rows, a block of 64..512 threads for long ones, from launch.py row_plan), the first
 // K*team columns cached in registers (common.cuh TeamCache), 16-byte accesses when cols is a multiple of the vector
 // width and x, y/gy/gx, w, b are 16-byte aligned, __launch_bounds__(512, 2) (two blocks per SM, <= 64 registers).
 // NOTE: mean and variance are two exact passes over the cached row (not Welford): var = mean((x - mean)^2) has no

@@ -12,7 +12,7 @@
 // nesterov, ...) are uniform branches: one instantiation per dtype.
 #include "common.cuh"
 
-// Tensors per multi-tensor launch: = kernels.py _MT_SLOTS. Each slot is at most 7 (Adam) 8-byte arguments, so 16
+// Tensors per multi-tensor launch: = optim.py _MT_SLOTS. Each slot is at most 7 (Adam) 8-byte arguments, so 16
 // slots stay far below the 4 KB parameter limit; models with more parameters take ceil(n / 16) launches.
 #define GG_MT_SLOTS 16
 #define GG_MT_EACH(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)

@@ -2,7 +2,7 @@
 // Row kernels: x C-contiguous (rows, cols), reductions over the last axis with the numerically stable max
 // subtraction (online log-sum-exp, common.cuh). A team owns each row (common.cuh RowTeam): G = 1..32 lanes of a
 // warp for rows of up to 32 * K columns (`lanes` = G, block 128 threads = 128 / G rows, shuffle reductions only),
-// else one block of 64..512 threads per row (`lanes` = 0, grid.x = rows); kernels.py row_plan chooses from cols.
+// else one block of 64..512 threads per row (`lanes` = 0, grid.x = rows); launch.py row_plan chooses from cols.
 // The first K * team columns of a row stay in registers (K = 8 floats / 2 doubles, common.cuh TeamCache), so rows
 // up to 4096 floats / 1024 doubles are read once; longer rows re-read later chunks (from L2). Accesses are 16-byte
 // vectors when cols is a multiple of the vector width and every array is 16-byte aligned, else scalars (the same

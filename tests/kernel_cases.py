@@ -1,6 +1,6 @@
-"""One row per kernel launcher (``backend/kernels.py``): how to build its inputs, the shapes to run, which arguments
+"""One row per kernel launcher (``backend/kernels/``): how to build its inputs, the shapes to run, which arguments
 it updates in place. ``test_kernel_emulated.py`` runs every row through the CPU emulator against
-``backend/reference.py``; GPU parity tests can run the same rows on CuPy.
+``backend/reference/``; GPU parity tests can run the same rows on CuPy.
 
 Shapes are chosen around the launch shapes: columns 1, 31, 33 (a warp +- 1), 1000, 4097 (> 4096: a second
 register chunk for doubles and block 1024) and 8200 (> 8192: a second chunk for floats); rows 1, 3, 65 (65 rows
@@ -48,7 +48,7 @@ GELU_TOLERANCE = {np.dtype(np.float32): (2e-5, 3e-5), np.dtype(np.float64): (1e-
 
 @dataclasses.dataclass(frozen=True)
 class KernelCase:
-    name: str  # the launcher in backend/kernels.py == the function in backend/reference.py
+    name: str  # the launcher in backend/kernels/ == the function in backend/reference/
     make: Callable  # make(rng, dtype, shape) -> (args, kwargs); args[0] is xp, filled in by the runner
     shapes: tuple
     variant: str = ""  # tells rows of one launcher apart (activation, flags)

@@ -58,13 +58,13 @@ def cuda_device_info():
 
 def environment():
     from gpugrad import __version__
-    from gpugrad.bench.suites import _torch_module
+    from gpugrad.bench.workloads.torch_peer import torch_module
 
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         usable = os.cpu_count()
-    th = _torch_module()
+    th = torch_module()
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),

@@ -115,7 +115,9 @@ def _check_outputs(args):
 
 
 def run(args) -> int:
+    from gpugrad.backend import get_backend
     from gpugrad.bench import report, suites
+    from gpugrad.bench.workloads.torch_peer import torch_for
     from gpugrad.cli.plot import PlotUnavailable
 
     try:
@@ -131,7 +133,7 @@ def run(args) -> int:
     if args.distributed:
         return _run_distributed(args, devices[-1])
     if args.torch_threads is not None:
-        th, _ = suites.torch_for(suites.get_backend("cpu"))
+        th, _ = torch_for(get_backend("cpu"))
         if th is not None:
             th.set_num_threads(args.torch_threads)
     env = report.environment()

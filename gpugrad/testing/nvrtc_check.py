@@ -9,6 +9,11 @@ also gets one wrapper ``__global__`` per ``kernels.ELEMENTWISE`` entry and dtype
 when CuPy is installed, that family is compiled once more behind CuPy's headers and typedefs, as CuPy does.
 
     python -m gpugrad.testing.nvrtc_check [--arch sm_90]    # table; exit 1 on an error, a spill or local memory
+    python -m gpugrad.testing.nvrtc_check --timings [--json t.json]   # cold-compile seconds per module and unit
+
+``--timings`` compiles as CuPy compiles a RawModule (no ``-Xptxas -v``): each family once with every name expression
+(the whole-module RawModule the launchers used to build), then each instantiation alone (the RawModule they build
+now, at its first launch), in one thread, timing wall and CPU seconds; then all of a family's at once in threads.
 
 NVRTC comes from the ``cuda-bindings`` + ``nvidia-cuda-nvrtc`` wheels (located by cuda-pathfinder); the kernels
 include no system headers, so no CUDA include directory is needed.
@@ -16,9 +21,13 @@ include no system headers, so no CUDA include directory is needed.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import dataclasses
+import json
 import re
 import sys
+import time
 
 from gpugrad.backend import kernels
 
@@ -160,7 +169,10 @@ def _check_call(nvrtc, result, what):
     return result[1:] if isinstance(result, tuple) else ()
 
 
-def compile_family(family, src, names, arch=ARCH, options=None):
+@contextlib.contextmanager
+def _program(family, src, names):
+    """(nvrtc, an NVRTC program of ``src``, named <family>.cu, with ``names`` added as name expressions), destroyed
+    on the way out."""
     from cuda.bindings import nvrtc
 
     (prog,) = _check_call(nvrtc, nvrtc.nvrtcCreateProgram(src.encode(), f"{family}.cu".encode(), 0, [], []),
@@ -168,6 +180,13 @@ def compile_family(family, src, names, arch=ARCH, options=None):
     try:
         for n in names:
             _check_call(nvrtc, nvrtc.nvrtcAddNameExpression(prog, n.encode()), f"nvrtcAddNameExpression({n})")
+        yield nvrtc, prog
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def compile_family(family, src, names, arch=ARCH, options=None):
+    with _program(family, src, names) as (nvrtc, prog):
         opts = [o.encode() for o in (*(options or kernels.OPTIONS), *CUPY_OPTIONS, f"-arch={arch}", "-Xptxas", "-v")]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         (size,) = _check_call(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
@@ -183,8 +202,6 @@ def compile_family(family, src, names, arch=ARCH, options=None):
         usage = parse_ptxas(log, lowered)
         found = [KernelUsage(family, n, **usage.get(low, {})) for low, n in lowered.items()]
         return FamilyResult(family, True, log, found)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
 
 
 _PTX_ENTRY = re.compile(r"^\.(?:visible|weak) \.entry (\S+)\(", re.M)
@@ -194,26 +211,56 @@ _GLOBAL_ACCESS = re.compile(r"\b((?:ld|st)\.global(?:\.nc)?(?:\.v[248])?\.[a-z]+
 def global_accesses(family, arch=ARCH):
     """{name expression: the set of global load/store forms in its PTX}, e.g. {'ld.global.nc.v4.f32', ...}: which
     kernels issue 16-byte vector accesses. Compiled as the launchers compile it, for the virtual architecture."""
-    from cuda.bindings import nvrtc
-
     src, names = kernels.source(family), list(kernels.NAME_EXPRESSIONS[family])
-    (prog,) = _check_call(nvrtc, nvrtc.nvrtcCreateProgram(src.encode(), f"{family}.cu".encode(), 0, [], []),
-                          "nvrtcCreateProgram")
-    try:
-        for n in names:
-            _check_call(nvrtc, nvrtc.nvrtcAddNameExpression(prog, n.encode()), f"nvrtcAddNameExpression({n})")
+    with _program(family, src, names) as (nvrtc, prog):
         opts = [o.encode() for o in (*kernels.OPTIONS, *CUPY_OPTIONS, f"-arch={arch.replace('sm_', 'compute_')}")]
         _check_call(nvrtc, nvrtc.nvrtcCompileProgram(prog, len(opts), opts), f"compiling {family} to PTX")
         (size,) = _check_call(nvrtc, nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
         buf = b" " * size
         _check_call(nvrtc, nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
         lowered = {_check_call(nvrtc, nvrtc.nvrtcGetLoweredName(prog, n.encode()), n)[0].decode(): n for n in names}
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
     ptx = buf.rstrip(b"\0 ").decode()
     starts = [(m.start(), m.group(1)) for m in _PTX_ENTRY.finditer(ptx)] + [(len(ptx), None)]
     return {lowered[name]: set(_GLOBAL_ACCESS.findall(ptx[a:b]))
             for (a, name), (b, _) in zip(starts, starts[1:]) if name in lowered}
+
+
+def compile_seconds(family, names, arch=ARCH):
+    """(wall, CPU) seconds of one cold NVRTC compile of ``kernels.source(family)`` for ``names``, with the options
+    CuPy passes (``kernels.OPTIONS``, ``-ftz=true``, ``-arch``; no ptxas report). CPU seconds are this process's,
+    so they are the compile's own only when nothing else runs in it."""
+    src = kernels.source(family)
+    wall, cpu = time.perf_counter(), time.process_time()
+    with _program(family, src, names) as (nvrtc, prog):
+        opts = [o.encode() for o in (*kernels.OPTIONS, *CUPY_OPTIONS, f"-arch={arch}")]
+        _check_call(nvrtc, nvrtc.nvrtcCompileProgram(prog, len(opts), opts), f"compiling {family} {names}")
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def compile_timings(arch=ARCH, families=kernels.FAMILIES, workers=8):
+    """{family: {"module": (wall, cpu) of the whole module, "units": {name expression: (wall, cpu)} one at a time,
+    "parallel_wall": wall seconds of all of them at once on ``workers`` threads}}."""
+    out = {}
+    for family in families:
+        names = kernels.NAME_EXPRESSIONS[family]
+        entry = out[family] = {"module": compile_seconds(family, names, arch),
+                               "units": {n: compile_seconds(family, [n], arch) for n in names}}
+        wall = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda n: compile_seconds(family, [n], arch), names))
+        entry["parallel_wall"] = time.perf_counter() - wall
+    return out
+
+
+def format_timings(timings, arch=ARCH):
+    options = " ".join(kernels.OPTIONS + CUPY_OPTIONS)
+    lines = [f"cold NVRTC compiles for {arch} (options {options}), seconds wall / CPU"]
+    for family, e in timings.items():
+        wall, cpu = (sum(v[i] for v in e["units"].values()) for i in (0, 1))
+        lines.append(f"{family}: whole module {e['module'][0]:.2f} / {e['module'][1]:.2f}; {len(e['units'])} "
+                     f"instantiations one by one {wall:.2f} / {cpu:.2f}, all at once {e['parallel_wall']:.2f} wall")
+        lines += [f"    {u}: {w:.2f} / {c:.2f}" for u, (w, c) in e["units"].items()]
+    return "\n".join(lines)
 
 
 def check(arch=ARCH):
@@ -246,11 +293,22 @@ def format_table(results, arch=ARCH):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default=ARCH)
+    ap.add_argument("--timings", action="store_true",
+                    help="time cold compiles instead (module, instantiations, parallel)")
+    ap.add_argument("--families", default=",".join(kernels.FAMILIES), help="with --timings: which (comma-separated)")
+    ap.add_argument("--json", metavar="PATH", help="with --timings: also write them as JSON")
     args = ap.parse_args(argv)
     ok, why = available()
     if not ok:
         print(why, file=sys.stderr)
         return 2
+    if args.timings:
+        timings = compile_timings(args.arch, [f for f in args.families.split(",") if f])
+        print(f"{why}\n{format_timings(timings, args.arch)}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"nvrtc": why, "arch": args.arch, "timings": timings}, f, indent=1)
+        return 0
     results = check(args.arch)
     print(f"{why}\n{format_table(results, args.arch)}")
     bad = problems(results)

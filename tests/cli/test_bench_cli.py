@@ -11,6 +11,12 @@ import pytest
 import gpugrad
 from gpugrad.backend import get_backend
 from gpugrad.bench import suites
+from gpugrad.bench.workloads.inputs import Inputs, _flatten, bytes_moved
+from gpugrad.bench.workloads.kernels import KERNEL_BY_ID, KERNELS, kernel_workload, peak_copy, run_kernels
+from gpugrad.bench.workloads.matmul import mlp_matmuls
+from gpugrad.bench.workloads.mlp import mlp_steps
+from gpugrad.bench.workloads.ops import OPS
+from gpugrad.bench.workloads.torch_peer import torch_unavailable_reason
 from gpugrad.bench.timing import HostClock, Timing, measure, measure_many
 from gpugrad.cli import main as cli_main
 
@@ -42,7 +48,7 @@ def test_quick_cpu_run_writes_every_figure(quick_run, capsys):
     res = json.loads((out / "out.json").read_text())
     cpu = res["devices"]["cpu"]
     assert cpu["peak_bandwidth"]["gbs"] > 0
-    assert [k["name"] for k in cpu["kernels"]] == [c.id for c in suites.KERNELS]
+    assert [k["name"] for k in cpu["kernels"]] == [c.id for c in KERNELS]
     for k in cpu["kernels"]:
         assert k["bytes"] > 0 and k["gbs"] > 0 and k["median_s"] > 0, k
         # NOTE: on a CPU the copy's destination costs a read-for-ownership its byte count leaves out, so in-place
@@ -57,7 +63,7 @@ def test_quick_cpu_run_writes_every_figure(quick_run, capsys):
     assert "CUDA graphs need a CUDA device" in mlp["unavailable"]["gpugrad_graph"]  # an n/a row, with the reason
     eng = cpu["engine"]
     assert eng["us_per_op"]["gpugrad"] > 0
-    if suites.torch_unavailable_reason("cpu") is None:
+    if torch_unavailable_reason("cpu") is None:
         assert mlp["impls"]["torch"]["time_vs_baseline"] > 0 and eng["gpugrad_vs_torch"] > 0
         assert mlp["impls"]["gpugrad"]["time_vs_torch"] > 0 and mlp["impls"]["torch"]["time_vs_torch"] == 1.0
     env = res["environment"]
@@ -90,13 +96,13 @@ def test_quick_cuda_run_writes_every_section(tmp_path, capsys):
     assert res["complete"] is True and "stopped" not in res and list(res["devices"]) == ["cuda"]
     cuda = res["devices"]["cuda"]
     assert cuda["simulated"] is cuda_sim.enabled() and ("not GPU figures" in cuda.get("note", "")) is cuda_sim.enabled()
-    assert [k["name"] for k in cuda["kernels"]] == [c.id for c in suites.KERNELS]
+    assert [k["name"] for k in cuda["kernels"]] == [c.id for c in KERNELS]
     assert cuda["peak_bandwidth"]["gbs"] > 0 and all(k["gbs"] > 0 for k in cuda["kernels"])
     assert cuda["matmul"]["cases"] and all(m["gflops"] > 0 for m in cuda["matmul"]["cases"])
     assert [e["batch"] for e in cuda["mlp"]] == cuda["config"]["batches"]
     if not cuda_sim.enabled():  # a real GPU: the step benchmark's batches (the simulated device keeps the CPU's)
         assert cuda["config"]["batches"] == [64, 512, 4096]
-    torch_ok = suites.torch_unavailable_reason("cuda") is None
+    torch_ok = torch_unavailable_reason("cuda") is None
     for e in cuda["mlp"]:
         assert e["impls"]["baseline"]["time_vs_baseline"] == 1.0 and e["impls"]["gpugrad"]["samples_per_s"] > 0
         graph = e["impls"]["gpugrad_graph"]  # the gpugrad step replayed as a CUDA graph, next to eager and torch
@@ -259,9 +265,9 @@ def test_bad_sizes_are_rejected(capsys):
 
 # ---- bytes moved --------------------------------------------------------------------------------------------------
 def _bytes(name, rows=4, cols=8):
-    case = suites.KERNEL_BY_ID[name]
-    fn, args = suites.kernel_workload(case, "kernel", suites.Inputs(CPU, rows, cols))
-    return suites.bytes_moved(args, fn(), case.inplace)
+    case = KERNEL_BY_ID[name]
+    fn, args = kernel_workload(case, "kernel", Inputs(CPU, rows, cols))
+    return bytes_moved(args, fn(), case.inplace)
 
 
 def test_bytes_moved_counts_minimal_reads_and_writes():
@@ -278,9 +284,9 @@ def test_bytes_moved_counts_minimal_reads_and_writes():
 
 
 def test_matmul_flops():
-    fwd, gx, gw = suites.mlp_matmuls(512)
+    fwd, gx, gw = mlp_matmuls(512)
     assert fwd.flops == gx.flops == gw.flops == 2 * 512 * 1024 * 1024
-    a, b = fwd.operands(suites.Inputs(CPU, 1, 1))
+    a, b = fwd.operands(Inputs(CPU, 1, 1))
     assert a.shape == (512, 1024) and b.shape == (1024, 1024) and not b.flags.c_contiguous  # Wᵀ as a view
 
 
@@ -337,34 +343,34 @@ def test_timing_of_a_constant_is_that_constant():
 
 # ---- like with like -------------------------------------------------------------------------------------------------
 def _results(case, impl, inputs):
-    fn, args = suites.kernel_workload(case, impl, inputs)
+    fn, args = kernel_workload(case, impl, inputs)
     out = fn()
-    got = [args[i] for i in case.inplace] if case.inplace else suites._flatten(out)
+    got = [args[i] for i in case.inplace] if case.inplace else _flatten(out)
     return [np.asarray(a.detach().numpy() if hasattr(a, "detach") else a).ravel() for a in got if a is not None]
 
 
-@pytest.mark.parametrize("case", suites.KERNELS, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", KERNELS, ids=lambda c: c.id)
 def test_baseline_computes_what_the_kernel_computes(case):
-    inputs = suites.Inputs(CPU, 8, 16)
+    inputs = Inputs(CPU, 8, 16)
     kernel, baseline = _results(case, "kernel", inputs), _results(case, "baseline", inputs)
     assert len(baseline) >= 1
     for k, b in zip(kernel, baseline):
         np.testing.assert_allclose(b, k, rtol=2e-5, atol=2e-6)
 
 
-@pytest.mark.parametrize("case", suites.KERNELS, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", KERNELS, ids=lambda c: c.id)
 def test_torch_peer_computes_what_the_kernel_computes(case, torch):
-    inputs = suites.Inputs(CPU, 8, 16)
+    inputs = Inputs(CPU, 8, 16)
     kernel, peer = _results(case, "kernel", inputs), _results(case, "torch", inputs)
     assert len(peer) >= 1
     for k, p in zip(kernel, peer):
         np.testing.assert_allclose(p, k, rtol=2e-5, atol=2e-6)
 
 
-@pytest.mark.parametrize("case", suites.OPS, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", OPS, ids=lambda c: c.name)
 def test_op_baseline_computes_what_the_op_computes(case):
     """Forward and every input gradient of the hand-written op match gpugrad's (ones upstream gradient)."""
-    inputs = suites.Inputs(CPU, 6, 10)
+    inputs = Inputs(CPU, 6, 10)
     args = case.make(np, inputs)
     ts = [gpugrad.tensor(a, requires_grad=i in case.grad) if hasattr(a, "shape") else a for i, a in enumerate(args)]
     y = case.gg(*ts)
@@ -377,7 +383,7 @@ def test_op_baseline_computes_what_the_op_computes(case):
 
 def test_mlp_steps_agree():
     """Baseline, gpugrad and torch run the same step from the same parameters: the same losses."""
-    steps = suites.mlp_steps(CPU, 16, sizes=(20, 32, 32, 10))
+    steps = mlp_steps(CPU, 16, sizes=(20, 32, 32, 10))
     losses = {}
     for impl, step in steps.items():
         if isinstance(step, str):
@@ -449,8 +455,8 @@ def test_cuda_kernel_suite_runs_the_real_launchers_on_the_emulator():
     assert isinstance(timer.clock, CudaClock)
     before = kernels.CALLS.copy()
     with kernels.use_runtime(emu.EmuRuntime(source_for_family=kernels.source, include_dirs=[kernels.kernel_dir()])):
-        rows, peak = suites.run_kernels(suites.Inputs(be, 6, 40), timer, suites.peak_copy(be, 6 * 40 * 4))
+        rows, peak = run_kernels(Inputs(be, 6, 40), timer, peak_copy(be, 6 * 40 * 4))
     launched = kernels.CALLS - before
-    assert {c.name for c in suites.KERNELS} <= set(launched)  # the CUDA launchers ran, not the references
+    assert {c.name for c in KERNELS} <= set(launched)  # the CUDA launchers ran, not the references
     assert peak["gbs"] > 0 and all(r["gbs"] > 0 for r in rows)
-    assert [r["bytes"] for r in rows] == [_bytes(c.id, 6, 40) for c in suites.KERNELS]  # same traffic as the CPU
+    assert [r["bytes"] for r in rows] == [_bytes(c.id, 6, 40) for c in KERNELS]  # same traffic as the CPU

@@ -181,7 +181,7 @@ KNOWN = [
           "grad after v[-1] = w and refused zero_(); excused for empty tensors only",
           lambda f, m: "empty" in f and _only("torch", m, text="leaf Variable that requires grad")),
     Known("dropout masks instead of multiplying",
-          "gpugrad's dropout selects (0 where dropped, even for inf/NaN inputs or gradients: backend/reference.py); "
+          "gpugrad's dropout selects (0 where dropped, even for inf/NaN inputs or gradients: backend/reference/elementwise.py); "
           "torch multiplies by the mask, so inf/NaN times 0 is NaN",
           lambda f, m: "dropout" in f and m.kind == "value" and _nan(m)),
     Known("integer operands of recorded ops",

@@ -1,4 +1,4 @@
-"""Every kernel case (tests/kernel_cases.py) through the real CUDA path: the launcher in backend/kernels.py with
+"""Every kernel case (tests/kernel_cases.py) through the real CUDA path: the launcher in backend/kernels/ with
 the default runtime, i.e. ``CupyRuntime`` and CuPy's RawModule / ElementwiseKernel (pytest -m gpu).
 
 On a GPU this is NVRTC-compiled code on the device; under ``GPUGRAD_CUDA_SIM=1`` it is the same CupyRuntime code
@@ -99,16 +99,18 @@ def test_pointwise_launchers_take_the_vectorized_kernel_for_contiguous_arrays(dt
 def test_bench_peak_is_the_larger_of_memcpy_and_the_float4_copy_kernel():
     """On a CUDA device ``gpugrad bench`` times gpugrad's float4 copy (kernels.copy_) beside the cudaMemcpy copy and
     holds the kernels to the faster; the CPU keeps its one copy peak."""
-    from gpugrad.bench import report, suites
+    from gpugrad.bench import report
+    from gpugrad.bench.workloads.inputs import Inputs
+    from gpugrad.bench.workloads.kernels import KERNEL_BY_ID, peak_copy, peak_vector_copy, run_kernels
     from gpugrad.bench.timing import timer_for
 
     be = get_backend("cuda")
-    assert suites.peak_vector_copy(get_backend("cpu"), 960) is None
-    fn, moved = suites.peak_vector_copy(be, 960)
+    assert peak_vector_copy(get_backend("cpu"), 960) is None
+    fn, moved = peak_vector_copy(be, 960)
     assert moved == 2 * 960
     calls = kernels.CALLS["copy_"]
-    rows, peak = suites.run_kernels(suites.Inputs(be, 6, 40), timer_for(be, repeats=2, min_sample_s=1e-5),
-                                    suites.peak_copy(be, 960), cases=[suites.KERNEL_BY_ID["relu_fwd"]],
+    rows, peak = run_kernels(Inputs(be, 6, 40), timer_for(be, repeats=2, min_sample_s=1e-5),
+                                    peak_copy(be, 960), cases=[KERNEL_BY_ID["relu_fwd"]],
                                     vector_copy=(fn, moved))
     assert kernels.CALLS["copy_"] > calls  # the kernel launcher ran
     assert peak["gbs"] == max(peak["memcpy"]["gbs"], peak["vector_copy"]["gbs"]) > 0

@@ -84,3 +84,17 @@ def test_vectorized_and_row_kernels_keep_two_blocks_per_sm(results):
         for k in r.kernels:
             if k.name.split("<")[0] in teams | {"pointwise"}:
                 assert 0 < k.registers <= 64, f"{k.family}:{k.name} uses {k.registers} registers"
+
+
+def test_compile_timings_cover_the_module_and_each_instantiation():
+    """``nvrtc_check --timings`` (the README's cold-compile table): the whole module, each instantiation alone, and
+    all of them on threads, every one a real compile (a bad instantiation fails, naming it)."""
+    timings = nvrtc_check.compile_timings(families=["check"], workers=2)
+    entry = timings["check"]
+    assert list(entry["units"]) == kernels.NAME_EXPRESSIONS["check"]
+    assert all(wall > 0 and cpu > 0 for wall, cpu in [entry["module"], *entry["units"].values()])
+    assert entry["parallel_wall"] > 0
+    text = nvrtc_check.format_timings(timings)
+    assert "check: whole module " in text and "    check_finite<double>: " in text
+    with pytest.raises(RuntimeError, match=r"compiling check \['check_finite<half>'\] failed"):
+        nvrtc_check.compile_seconds("check", ["check_finite<half>"])

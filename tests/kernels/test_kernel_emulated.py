@@ -1,5 +1,5 @@
 """Every CUDA kernel, run unchanged on the CPU emulator (gpugrad/testing/cuda_emu) through its real launcher and
-held to backend/reference.py: float32 and float64, sizes that are not multiples of the block or of the vector
+held to backend/reference/: float32 and float64, sizes that are not multiples of the block or of the vector
 width, contiguous, strided and misaligned (offset) inputs, under three thread schedules ("forward", "random", and
 "warp-reverse", which lets warps run ahead of each other between barriers so reuse of shared scratch without a
 barrier shows). The emulator fails a launch that makes a misaligned 16-byte access (common.cuh GG_CHECK_PACK), so
@@ -193,9 +193,9 @@ def test_pointwise_grid_stride_steps(emu, monkeypatch, dtype, name, variant, sha
     advanced per step without a modulo), on the vector and (offset) the scalar path."""
     case = next(c for c in CASES if c.name == name and c.variant == variant)
     for blocks in (1, 3):
-        monkeypatch.setattr(kernels, "_EW_MAX_GRID", blocks)
+        monkeypatch.setattr(kernels.elementwise, "_EW_MAX_GRID", blocks)
         rec = run_case(emu, case, dtype, shape, layout)
-        assert [(g, b) for _, g, b in rec.launches] == [((blocks,), (kernels._EW_BLOCK,))]
+        assert [(g, b) for _, g, b in rec.launches] == [((blocks,), (kernels.elementwise._EW_BLOCK,))]
 
 
 @needs_emu
@@ -375,7 +375,7 @@ def test_launch_constants_match_the_kernels():
     """The launchers' block sizes and register caches are the ones the kernels are compiled for."""
     ew, red, norm, common = (
         (kernels.kernel_dir() / f).read_text() for f in ("elementwise.cu", "reduce.cu", "norm.cu", "common.cuh"))
-    assert f"GG_EW_BLOCK = {kernels._EW_BLOCK}," in ew
+    assert f"GG_EW_BLOCK = {kernels.elementwise._EW_BLOCK}," in ew
     bounds = set(re.findall(r"__launch_bounds__\((\d+), 2\)", red + norm))
     assert bounds == {str(kernels.ROW_BLOCK_MAX)}
     assert "TeamCache { static constexpr int K = sizeof(T) == 4 ? %d : %d; }" % (

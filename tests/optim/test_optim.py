@@ -524,7 +524,7 @@ def test_multi_tensor_kernels_stride_across_tensors(monkeypatch, name, dtype):
     emu = pytest.importorskip("gpugrad.testing.cuda_emu")
     if not emu.compiler_available():
         pytest.skip("CPU emulator: no C++ compiler found")
-    monkeypatch.setattr(kernels, "_OPTIM_MAX_GRID", 2)
+    monkeypatch.setattr(kernels.optim, "_OPTIM_MAX_GRID", 2)
     sizes = (700, 0, 1, 513, 1300, 3, 0, 511, 512, 2, 1, 1, 0, 1025, 7, 1, 5, 300)
     rng = np.random.default_rng(0)
 

@@ -38,7 +38,11 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # complex128 and refuses each inconsistency of a crafted file by name; gpugrad.save writes atomically through symlinks
 # keeping the file's mode (~165); DataLoader workers that watch their parent, pickle their own results and are reaped
 # on every exit path, lazily drawn samplers (~70).
-BUDGETS = {"library": 10335, "tooling": 2420, "testing": 1910}
+# library 10335 -> 10415, tooling 2420 -> 2460 (issue 19): backend/kernels.py, backend/reference.py and bench/suites.py
+# split into one module per family; the ~110 new lines are the modules' imports and the packages' re-exports.
+# library 10415 -> 10455, testing 1910 -> 1960 (issue 18): a RawModule per instantiation, kernels.instantiations and
+# warm_up on a thread pool (~35); nvrtc_check --timings, the cold-compile seconds in the README (~50).
+BUDGETS = {"library": 10455, "tooling": 2460, "testing": 1960}
 
 
 def code_lines(path: Path) -> int:
