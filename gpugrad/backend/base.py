@@ -5,6 +5,7 @@ import contextlib
 
 import numpy as np
 
+from gpugrad.backend import reference
 from gpugrad.backend.device import Device
 
 
@@ -19,23 +20,16 @@ class Backend:
     device_scope = None  # a context manager making this device current (CUDA), or None (CPU)
     simulated = False  # True on the CUDA simulator (gpugrad/testing/cuda_sim): its timings are no GPU's
 
-    def __init__(self, name, xp, device):
+    def __init__(self, name, xp, device, kernels):
         self.name = name
+        # This device's implementation of the kernel functions: the NumPy references on the CPU
+        # (backend/reference/), the CUDA launchers on CUDA (backend/kernels/); same names and signatures.
+        self.kernels = kernels
         self.xp = xp
         self.array_type = xp.ndarray
         self.device = device
         self.forward_name = f"forward_{name}"
         self.backward_name = f"backward_{name}"
-
-    @property
-    def kernels(self):
-        """This device's implementation of the kernel functions: the NumPy references on the CPU
-        (``backend/reference.py``), the CUDA kernels on CUDA (``backend/kernels.py``); same names and signatures."""
-        # NOTE: imported when first used: kernels.py reads the op table (gpugrad/ops/declarations.py), whose package
-        # imports autograd, which imports this package; importing it here would be a cycle.
-        from gpugrad.backend import kernels, reference
-
-        return reference if self.name == "cpu" else kernels
 
     def asarray(self, data, dtype=None):
         return self.xp.asarray(data, dtype=dtype)
@@ -57,7 +51,7 @@ class Backend:
         return f"Backend({self.device})"
 
 
-CPU = Backend("cpu", np, Device("cpu"))
+CPU = Backend("cpu", np, Device("cpu"), reference)
 _NO_SCOPE = contextlib.nullcontext()
 
 

@@ -1,7 +1,8 @@
-"""The CUDA backend: CuPy arrays, cuBLAS matmuls through CuPy, our kernels from ``kernels/``.
+"""CuPy, found and checked: ``is_available``, ``device_count``, the simulated device in its place under
+``GPUGRAD_CUDA_SIM``, and libcublas for gpugrad's own GEMMs. The backend object is ``backend/cuda_backend.py``.
 
-CuPy is imported here and nowhere else (kernel launchers go through ``backend/kernels.py``), and only when
-a CUDA device is asked for, so CPU-only installs never import it.
+CuPy is imported here and nowhere else (kernel launchers get it from here), and only when a CUDA device is asked
+for, so CPU-only installs never import it.
 """
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ import os
 
 import numpy as np
 
-from gpugrad.backend import capture
-from gpugrad.backend.base import Backend
-from gpugrad.backend.device import Device, parse_device
+from gpugrad.backend.device import parse_device
 
 INSTALL_HINT = "install the CUDA extra: pip install 'gpugrad[cuda]' (CuPy for CUDA 13)"
 # The simulated device (tests without a GPU): GPUGRAD_CUDA_SIM=N (N devices) makes the backend import the module
@@ -158,35 +157,3 @@ def device_index_of(array) -> int:
     if cupy is not None and isinstance(array, cupy.ndarray):
         return array.device.id
     raise TypeError(f"expected a NumPy or CuPy array, got {type(array).__name__}")
-
-
-class CudaBackend(Backend):
-    def __init__(self, device: Device):
-        cupy = cupy_module()
-        if device.index >= device_count():
-            raise RuntimeError(f"{device} does not exist: {device_count()} CUDA device(s) visible")
-        super().__init__("cuda", cupy, device)
-        self._cupy = cupy
-        self.simulated = getattr(cupy, "simulated", False)  # real CuPy has no such attribute
-        # Entered around every op, backward node and optimizer step on this device: CuPy launches on the
-        # current device, so cuda:1 work must make device 1 current (CuPy's Device contexts nest).
-        self.device_scope = cupy.cuda.Device(device.index)
-
-    def to_host(self, array, what="backend.to_host") -> np.ndarray:
-        capture.refuse_sync(what)
-        self.before_host_read(self)  # every host read raises the device's failed range checks first
-        return self._cupy.asnumpy(array)
-
-    def asarray(self, data, dtype=None):
-        if capture.CAPTURING and not isinstance(data, self.array_type):
-            raise capture.refusal("copying host data to the device (backend.asarray)",
-                                  "a host-to-device copy would be replayed from memory the host reuses")
-        with self._cupy.cuda.Device(self.device.index):
-            return self._cupy.asarray(data, dtype=dtype)
-
-    def accumulate_(self, acc, g):
-        return self.kernels.accumulate_(self.xp, acc, g)
-
-    @staticmethod
-    def before_host_read(backend):
-        """Set by backend/deferred.py (which sits above this module): raises the failed device-side checks."""

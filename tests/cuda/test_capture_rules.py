@@ -216,7 +216,7 @@ def test_host_to_device_copies_inside_a_capture_are_refused():
 
 
 def test_index_checks_without_status_words_are_refused(monkeypatch):
-    from gpugrad.backend import deferred
+    from gpugrad.backend import status as deferred  # the status words live in backend/status.py
 
     monkeypatch.setattr(deferred, "_status", {})  # as in a fresh process: no checked op ran on the device yet
     x, t = gpugrad.randn(4, 3, device="cuda"), gpugrad.tensor([0, 1, 2, 0], device="cuda")
@@ -255,7 +255,7 @@ def test_changing_an_option_inside_a_capture_is_refused():
 
 def test_the_benchs_graphed_step_equals_its_eager_step():
     from gpugrad.backend import get_backend
-    from gpugrad.bench import suites
+    from gpugrad.bench.workloads import mlp as suites  # the MLP step workloads
 
     rng = np.random.default_rng(0)
     sizes = (12, 16, 5)

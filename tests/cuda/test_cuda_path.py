@@ -23,7 +23,7 @@ needs_sim = pytest.mark.skipif(not cuda_sim.enabled(), reason="the counters exis
 @pytest.fixture
 def two_devices(monkeypatch):
     """Two CUDA devices: the simulator grows to two for the test; a real machine needs two GPUs."""
-    from gpugrad import backend
+    from gpugrad.backend import select as backend  # the CUDA backends made so far
 
     if not cuda_sim.enabled():
         if gpugrad.cuda.device_count() < 2:

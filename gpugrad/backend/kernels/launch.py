@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpugrad.backend.kernels.names import CTYPES, _expr
 
+
 def row_block(cols: int, itemsize: int) -> int:
     """Threads per row block: the smallest power of two in [32, 1024] with cols <= K * threads, K the register
     cache per thread (8 floats / 4 doubles, common.cuh RowCache), so rows that fit are read once. Powers of two

@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import os
 
+from gpugrad.backend.cuda import cupy_module
 from gpugrad.backend.kernels.names import NAME_EXPRESSIONS, instantiations
 from gpugrad.backend.kernels.sources import OPTIONS, source
 
@@ -24,8 +25,6 @@ class CupyRuntime:
     ``key_src += '\\0'.join(sorted(name_expressions))``), so each instantiation is cached on its own."""
 
     def __init__(self):
-        from gpugrad.backend.cuda import cupy_module  # lazy: only a CUDA launch gets here
-
         self.cupy = self.xp = cupy_module()  # CuPy, or the simulated device under GPUGRAD_CUDA_SIM
         self._functions, self._elementwise = {}, {}
 

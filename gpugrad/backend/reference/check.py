@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gpugrad.backend.reference.float16 import opmath_all
 
+
 # A failed range check is recorded, not raised, in `status` (int64, kernels/common.cuh STATUS_WORDS): the first
 # failure's site id and the min and max of the ids it saw; an earlier failure is kept. None: no record.
 def _record_range(status, site, ids, n):

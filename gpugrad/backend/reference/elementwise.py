@@ -9,6 +9,7 @@ import numpy as np
 from gpugrad.backend.reference.common import _quiet, _s
 from gpugrad.backend.reference.erf import _INV_SQRT_2PI, _INV_SQRT_PI, _SQRT1_2, _erf
 from gpugrad.backend.reference.float16 import opmath_all
+from gpugrad.ops.declarations import POINTWISE
 
 _GELU_K, _GELU_A = 0.7978845608028654, 0.044715  # sqrt(2 / pi) and the cubic coefficient of the tanh approximation
 
@@ -182,8 +183,6 @@ def bias_act_bwd(xp, x_or_y, gy, act, *params):
 
 
 def _saves_x(act):
-    from gpugrad.ops.declarations import POINTWISE
-
     return act in POINTWISE and POINTWISE[act].saves == "x"
 
 

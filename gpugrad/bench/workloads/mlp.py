@@ -8,7 +8,6 @@ import numpy as np
 
 from gpugrad.bench.workloads.torch_peer import _to_torch, torch_for
 
-
 MLP_SIZES = (784, 1024, 1024, 10)
 
 
