@@ -20,7 +20,7 @@ class Backend:
     device_scope = None  # a context manager making this device current (CUDA), or None (CPU)
     simulated = False  # True on the CUDA simulator (gpugrad/testing/cuda_sim): its timings are no GPU's
 
-    def __init__(self, name, xp, device, kernels):
+    def __init__(self, name, xp, device, kernels=reference):
         self.name = name
         # This device's implementation of the kernel functions: the NumPy references on the CPU
         # (backend/reference/), the CUDA launchers on CUDA (backend/kernels/); same names and signatures.

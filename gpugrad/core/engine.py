@@ -24,7 +24,7 @@ def toposort(roots):
     seen = set(stack)
     while stack:
         node = stack.pop()
-        for parent, _ in node.next_functions:
+        for parent in node._parents:
             if parent is not None:
                 deps[parent] = deps.get(parent, 0) + 1
                 if parent not in seen:
@@ -35,7 +35,7 @@ def toposort(roots):
     while ready:
         node = ready.pop()
         order.append(node)
-        for parent, _ in node.next_functions:
+        for parent in node._parents:
             if parent is not None:
                 left = deps[parent] - 1
                 deps[parent] = left
@@ -106,7 +106,7 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
         # and its hooks run before the capture; nodes that lead to no target are skipped, hooks and all.
         needed = set() if capture is not None else set(only)
         for node in reversed(order):  # inputs first
-            if any(p in needed or p in targets for p, _ in node.next_functions):
+            if any(p in needed or p in targets for p in node._parents):
                 needed.add(node)
     grads = {}
     for node, g in roots:
@@ -155,25 +155,44 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
             del entry
             if not retain_graph:
                 node.release()
+            parents = node._parents
+            if create_graph:
+                for parent, gx, meta in zip(parents, gxs, node._in_meta):
+                    if parent is not None and gx is not None:
+                        _add(grads, parent, unbroadcast(gx, meta), False, True)
+                del g, gxs
+                continue
             be = node._be
-            shared = _repeated_ids(gxs) if len(gxs) > 1 else ()
+            array_type = be.array_type
+            if len(gxs) == 1:
+                shared = ()
+            elif len(gxs) == 2:
+                a, b = gxs
+                shared = (id(a),) if a is b and a is not None else ()
+            else:
+                shared = _repeated_ids(gxs)
             fresh = node.fresh_grads
-            for (parent, _), gx, meta in zip(node.next_functions, gxs, node._in_meta):
+            for parent, gx, meta in zip(parents, gxs, node._in_meta):
                 if parent is None or gx is None:
                     continue
-                if create_graph:
-                    gx = unbroadcast(gx, meta)
-                    owned = False
-                else:
+                if not isinstance(gx, array_type):
                     gx = be.as_array(gx)
-                    fitted = unbroadcast(gx, meta)
+                if gx.shape == meta[0] and gx.dtype == meta[1]:
                     # A VJP may hand back gy itself or a view of it (add, reshape) or one array for two inputs,
                     # and a user's Function may return an array it keeps: such a gradient is shared, so it must
                     # be copied before anyone adds into it in place.
-                    owned = fitted is not gx or (fresh and gx is not g and getattr(gx, "base", None) is None
-                                                 and id(gx) not in shared)
-                    gx = fitted
-                _add(grads, parent, gx, owned, create_graph)
+                    owned = fresh and gx is not g and gx.base is None and id(gx) not in shared
+                else:
+                    gx = unbroadcast(gx, meta)  # a new array: ours
+                    owned = True
+                prev = grads.get(parent)
+                if prev is None:
+                    grads[parent] = (gx, owned)
+                elif prev[1]:
+                    acc = prev[0]
+                    acc += gx  # the first sum below made this buffer ours: add in place
+                else:
+                    grads[parent] = (be.as_array(prev[0] + gx), True)  # NumPy sums 0-d arrays into a scalar
             del g, gxs
     if check is not None:
         check.finish()  # CUDA: one read of the per-node flags

@@ -31,13 +31,22 @@ class Node:
     ``_be`` is the node's backend and ``_in_meta`` the (shape, dtype) of each input, which its gradient is fitted to.
     """
 
-    next_functions: tuple = ()
+    _parents = ()  # the node each input's gradient flows into (None: the input needs none), in input order
     fresh_grads = True  # the VJP returns new arrays (or gy / views of it), never arrays someone else keeps
     _pre_hooks = None  # hooks of the tensor this node produced (register_hook on a non-leaf)
     _retain = None  # weakref to that tensor when it asked to retain_grad()
 
     def name(self) -> str:
         return type(self).__name__
+
+    @property
+    def next_functions(self):
+        """torch's view of the edges: ((node, 0) or (None, 0)) per input."""
+        return tuple((p, 0) for p in self._parents)
+
+    @next_functions.setter
+    def next_functions(self, edges):
+        self._parents = [p for p, _ in edges]
 
     def __repr__(self):
         return f"<{self.name()} object at {id(self):#x}>"

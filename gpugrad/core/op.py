@@ -12,8 +12,6 @@ the inputs (or by one flag) and branches off once, to :meth:`Op._apply_general`.
 """
 from __future__ import annotations
 
-import numbers
-
 from gpugrad.backend import backend_of, graphs
 from gpugrad.core import anomaly, forward, forward_state, tensor_xp, trace
 from gpugrad.core.grad_mode import STATE
@@ -26,6 +24,7 @@ _NO_GRAD = [(False,) * n for n in range(8)]
 _FORWARD = forward_state.STATE
 _ANOMALY = anomaly.STATE
 _new = object.__new__
+_PY_NUMBERS = frozenset((int, float, bool, complex))
 BACKENDS = ("cpu", "cuda")
 
 
@@ -127,12 +126,18 @@ class Op(Node):
             fn.__dict__.update(params)
             fn._params = params
         if record and STATE.enabled:
-            fn.needs_input_grad = [isinstance(a, TensorBase) and a._requires_grad for a in args]
+            ng = []
+            for a in args:
+                ng.append(a._requires_grad if isinstance(a, TensorBase) else False)
+            fn.needs_input_grad = ng
         else:
             record = False
             fn.needs_input_grad = _NO_GRAD[len(args)] if len(args) < 8 else (False,) * len(args)
         fn._be = be
-        out = fn._run_forward(be, datas)
+        if be.device_scope is None:
+            out = fn._forwards[be.name](fn, be.xp, *datas)
+        else:
+            out = fn._run_forward(be, datas)
         if not isinstance(out, be.array_type) or fn.changes_device:
             return fn._finish(args, datas, out, record, params)
         result = make(out, be)
@@ -155,16 +160,20 @@ class Op(Node):
 
     def _connect(self, args, result):
         """Record this node as ``result``'s grad_fn, with edges to the inputs that require grad."""
-        edges, meta = [], []
+        parents, meta = [], []
         for a in args:
             if isinstance(a, TensorBase):
                 d = a._data
                 meta.append((d.shape, d.dtype))
-                edges.append(((a._grad_fn or AccumulateGrad.of(a)) if a._requires_grad else None, 0))
+                if a._requires_grad:
+                    parent = a._grad_fn
+                    parents.append(parent if parent is not None else AccumulateGrad.of(a))
+                else:
+                    parents.append(None)
             else:
                 meta.append(None)
-                edges.append((None, 0))
-        self.next_functions = tuple(edges)
+                parents.append(None)
+        self._parents = parents
         self._in_meta = meta
         result._requires_grad = True
         result._grad_fn = self
@@ -250,12 +259,16 @@ class Op(Node):
         # Remember which saved arrays are (views of) an input's or the output's buffer, with the version it had,
         # so an in-place change before backward is caught instead of silently giving a wrong gradient.  Memory is
         # compared, not identity: ops often save a reshaped view (softmax's 2-D rows, max's keepdims result).
+        array_type = self._be.array_type
         out_data = result._data
-        out_root = root_array(out_data)
+        out_root = None
         refs = []
+        bound = False
         for s in self.saved:
             ref = None
-            if s is not None and hasattr(s, "shape"):
+            if isinstance(s, array_type):
+                if out_root is None:
+                    out_root = root_array(out_data)
                 root = root_array(s)
                 if root is out_root:
                     counter = result._version_counter
@@ -271,6 +284,10 @@ class Op(Node):
                                 ref = ("inview", a, a._version_counter[0])
                                 break
             refs.append(ref)
+            if ref is not None:
+                bound = True
+        if not bound:  # nothing saved shares an input's or the output's memory: nothing to check at backward
+            return
         self._saved_refs = refs
         for i in self.private_saved:
             ref = refs[i]
@@ -314,7 +331,8 @@ class Op(Node):
                     "first.")
 
     def run_backward(self, gy, create_graph: bool):
-        self._check_saved()
+        if self._saved_refs is not None or self._released:
+            self._check_saved()
         if not create_graph:
             gxs = self._backwards[self._be.name](self, self._be.xp, gy)
         else:
@@ -344,7 +362,7 @@ class Op(Node):
         saved = self.saved
         if saved is not None:
             for s in saved:
-                if s is not None and not isinstance(s, numbers.Number):
+                if s is not None and type(s) not in _PY_NUMBERS:
                     self._released = True
                     self.saved = None
                     break

@@ -173,7 +173,7 @@ def output_of(node, array):
 
 def input_of(node, i):
     """The input Tensor whose buffer (or a view of it) the node saved as ``saved[i]``."""
-    ref = node._saved_refs[i]
+    ref = node._saved_refs[i] if node._saved_refs else None
     if ref is None or not ref[0].startswith("in"):
         raise RuntimeError(f"{node.name()}: saved value {i} is not one of its inputs")
     return ref[1]
