@@ -7,6 +7,7 @@ from gpugrad import autograd, cuda
 from gpugrad.autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled,
                                         no_grad, set_grad_enabled)
 from gpugrad.backend import default_device
+from gpugrad.backend.threads import get_num_threads, set_num_threads
 from gpugrad.backend.device import Device as device, set_default_device
 from gpugrad.creation import (arange, as_tensor, empty, empty_like, eye, from_dlpack, from_numpy, full, full_like,
                               linspace, logspace, normal, ones, ones_like, rand, rand_like, randint, randint_like, randn,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from gpugrad.autograd.function import Op
+from gpugrad.backend import threads
 from gpugrad.ops import register
 from gpugrad.ops.kernel_op import KernelOp
 
@@ -35,6 +36,7 @@ class Matmul(Op):
         self.save_for_backward(a if rb else None, b if ra else None)
         if a.ndim > 2 or b.ndim > 2:
             self.private_saved = _torch_copies(a, b, ra, rb)
+        threads.fit(xp, a.size * b.shape[-1])  # BLAS threads for the free cores (backward's products: the same size)
         return xp.matmul(a, b)
 
     def backward(self, xp, gy):
@@ -139,6 +141,7 @@ class Linear(KernelOp):
         self._name = "AddmmBackward0" if b is not None else "MmBackward0"
         ng = self.needs_input_grad
         self.save_for_backward(x if ng[1] else None, w if ng[0] else None)
+        threads.fit(xp, x.size * w.shape[0])
         y = xp.matmul(x, w.T)
         if b is not None:
             y += b  # y is a fresh product: adding in place saves a temporary the size of the output
