@@ -30,8 +30,9 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # targets, BatchNorm, containers, hooks, nn.utils, exact GELU/erf (~740); RMSprop, Adagrad, amsgrad, 15 schedulers,
 # torch's param_groups and state_dict, utils.data with worker processes, save/load without pickle (~1,070).
 # library 9900 -> 10000 (issue 19): BLAS threads that fit the machine (backend/threads.py, ~130): the pool sized to the
-# free cores, set_num_threads / get_num_threads as torch's.
-BUDGETS = {"library": 10000, "tooling": 2420, "testing": 1730}
+# free cores, set_num_threads / get_num_threads as torch's.  tooling 2420 -> 2440 (issue 19): `gpugrad train` as a
+# run object in five modules instead of one 843-line file (~25: each module's imports, one header per method).
+BUDGETS = {"library": 10000, "tooling": 2440, "testing": 1730}
 
 
 def code_lines(path: Path) -> int:
