@@ -240,7 +240,7 @@ def _counts(environ, cpus=None):
     env = {k: v for k, v in os.environ.items() if k not in threads.ENV_VARS}
     env.update(environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-c", BOTH, json.dumps(cpus)], env=env,
-                          capture_output=True, text=True, check=True)
+                          cwd=ROOT, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
 
