@@ -11,6 +11,8 @@ import importlib
 import importlib.util
 import sys
 
+from gpugrad import __version__
+
 # name -> (module, one-line help)
 SUBCOMMANDS = {
     "train": ("gpugrad.cli.train", "train an MLP classifier (default: the embedded 8x8 digits)"),
@@ -25,8 +27,6 @@ def _available():
 
 def build_parser(chosen=None):
     """The top-level parser; only ``chosen``'s module is imported to add its options."""
-    from gpugrad import __version__
-
     parser = argparse.ArgumentParser(prog="gpugrad", description="gpugrad: a define-by-run autograd engine on "
                                      "NumPy (CPU) and CuPy (CUDA).")
     parser.add_argument("--version", action="version", version=f"gpugrad {__version__}")

@@ -19,7 +19,15 @@ import contextlib
 import functools
 import sys
 
+from tqdm import tqdm
+
+from gpugrad import cuda
+from gpugrad.backend import get_backend
+from gpugrad.bench import distributed, modes, report, suites
 from gpugrad.bench.suites import SECTIONS
+from gpugrad.bench.workloads.torch_peer import torch_for
+from gpugrad.cli.checkpoint import output_path
+from gpugrad.cli.plot import PlotUnavailable, check_plot_path
 
 DEVICES = ("cpu", "cuda", "all")
 
@@ -76,8 +84,6 @@ def add_arguments(parser):
 
 def _devices(choice):
     """([devices to run], {device: reason skipped}); a CUDA request without CUDA raises SystemExit-worthy text."""
-    from gpugrad import cuda
-
     if choice == "cpu":
         return ["cpu"], {}
     if choice == "cuda":
@@ -91,8 +97,6 @@ def _progress(total, enabled):
     """A tick(label) callback drawing a tqdm bar on stderr (only on a terminal unless forced), and its closer."""
     if not enabled:
         return (lambda label: None), (lambda: None)
-    from tqdm import tqdm
-
     bar = tqdm(total=total, file=sys.stderr, unit="step", leave=False, disable=None, dynamic_ncols=True)
 
     def tick(label):
@@ -105,9 +109,6 @@ def _progress(total, enabled):
 def _check_outputs(args):
     """Fail before minutes of measuring, not after: matplotlib for --plot, and writable file paths (their
     directories are created here).  Raises PlotUnavailable or OSError with one line."""
-    from gpugrad.cli.checkpoint import output_path
-    from gpugrad.cli.plot import check_plot_path
-
     if args.json:
         output_path(args.json, "--json")
     if args.plot:
@@ -115,11 +116,6 @@ def _check_outputs(args):
 
 
 def run(args) -> int:
-    from gpugrad.backend import get_backend
-    from gpugrad.bench import report, suites
-    from gpugrad.bench.workloads.torch_peer import torch_for
-    from gpugrad.cli.plot import PlotUnavailable
-
     try:
         devices, skipped = _devices(args.device)
         _check_outputs(args)
@@ -127,8 +123,6 @@ def run(args) -> int:
         print(f"gpugrad bench: {e}", file=sys.stderr)
         return 2
     if args.modes:
-        from gpugrad.bench import modes
-
         return modes.run_cli(args, devices)
     if args.distributed:
         return _run_distributed(args, devices[-1])
@@ -181,8 +175,6 @@ def run(args) -> int:
 
 def _run_distributed(args, device):
     """``--distributed``: the all-reduce sweep and DDP throughput on ``device`` (CUDA when available by default)."""
-    from gpugrad.bench import distributed, report
-
     env = report.environment()
     try:
         results = distributed.run(device, args.ranks, args.quick)

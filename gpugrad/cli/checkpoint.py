@@ -33,6 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gpugrad._tensor import Tensor
+from gpugrad.backend import backend_of, get_backend
+from gpugrad.creation import tensor
 from gpugrad.data.idx import byte_limit, read_into
 
 FORMAT = "gpugrad-checkpoint"
@@ -51,9 +54,6 @@ class CheckpointError(ValueError):
 # -- tree <-> (arrays, JSON skeleton) ------------------------------------------------------------------------------
 def _flatten(tree):
     """(dict path -> host array, JSON-able skeleton with {"__array__": path, "as": kind} at array leaves)."""
-    from gpugrad._tensor import Tensor
-    from gpugrad.backend import backend_of
-
     arrays = {}
 
     def leaf(value, path, kind):
@@ -96,9 +96,6 @@ def _flatten(tree):
 
 def _unflatten(skeleton, arrays, device, path):
     """The tree ``_flatten`` made, from its skeleton; anything a save never writes is a CheckpointError."""
-    from gpugrad.backend import get_backend
-    from gpugrad.creation import tensor
-
     def bad(where, what):
         where = where if len(where) <= 60 else f"{where[:57]}..."
         return CheckpointError(f"{path}: corrupt checkpoint: {what} at {where or '/'}")

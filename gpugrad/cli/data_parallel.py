@@ -14,15 +14,16 @@ from __future__ import annotations
 import os
 import sys
 
-THREAD_VARS = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}
+import gpugrad
+from gpugrad import distributed as dist
+from gpugrad.nn import functional as F
+from gpugrad.nn.parallel import DistributedDataParallel
 
 
 class DataParallel:
     """This rank's place in the run: ``rank``, ``size``, ``device``, and the collective pieces of a step."""
 
     def __init__(self, args, resolve_device, error):
-        from gpugrad import distributed as dist
-
         device = resolve_device(args.device)
         explicit = args.device is not None and ":" in args.device  # cuda:N pins the GPU; plain cuda picks by rank
         try:
@@ -33,23 +34,16 @@ class DataParallel:
         self.dist, self.rank, self.size = dist, dist.get_rank(), dist.get_world_size()
         group = dist.group.get_group()
         self.device = group.nccl.device if group.nccl is not None else device
-        here = sum(host == group.peers[self.rank][0] for host, _ in group.peers)
-        cores = os.cpu_count() or 1
-        if device.type == "cpu" and here > 1 and not THREAD_VARS & set(os.environ) and not self.rank:
-            print(f"warning: {here} ranks share this host's {cores} cores, each with all of BLAS's threads; set "
-                  f"OMP_NUM_THREADS={max(1, cores // here)} so they do not fight over them", file=sys.stderr)
+        # NOTE: ranks sharing a host's cores need no thread setting: each sees the others' load and sizes its BLAS
+        # pool to the cores they leave free (backend/threads.py)
         if self.rank:
             sys.stdout = sys.stderr = open(os.devnull, "w")  # rank 0 alone reports; failures restore stderr
 
     def wrap(self, model):
-        from gpugrad.nn.parallel import DistributedDataParallel
-
         return DistributedDataParallel(model)
 
     def loss(self, model, xb, yb):
         """(this rank's loss to backpropagate, its rows' summed loss): rows rank::size of the global batch."""
-        from gpugrad.nn import functional as F
-
         total = len(yb)
         xb, yb = xb[self.rank::self.size], yb[self.rank::self.size]
         summed = F.cross_entropy(model(xb), yb, reduction="sum")
@@ -57,8 +51,6 @@ class DataParallel:
 
     def total(self, loss_sum, model):
         """The sum over ranks of per-rank loss sums (a new 0-d tensor; None counts as zero: every rank must join)."""
-        import gpugrad
-
         p = next(model.parameters())
         out = gpugrad.zeros((), dtype=p.dtype, device=p.device) if loss_sum is None else loss_sum.detach().clone()
         self.dist.all_reduce(out)
@@ -66,8 +58,6 @@ class DataParallel:
 
     def any(self, flag):
         """Whether any rank's ``flag`` is set (every rank must ask at the same point)."""
-        import gpugrad
-
         t = gpugrad.tensor([int(flag)], device="cpu")
         self.dist.all_reduce(t, self.dist.ReduceOp.MAX)
         return bool(t.item())

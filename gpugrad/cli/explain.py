@@ -10,8 +10,14 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
+import warnings
 
 import numpy as np
+
+import gpugrad
+import gpugrad.nn.functional as F
+from gpugrad import Tensor
+from gpugrad.autograd import draw, explain, record
 
 
 def _assignment(text):
@@ -37,19 +43,12 @@ def add_arguments(p):
 
 def namespace(tensors):
     """What EXPR may name: gpugrad's public functions and tensor methods as functions, then the inputs."""
-    import gpugrad
-    import gpugrad.nn.functional as F
-    from gpugrad import Tensor
-
     env = {k: getattr(Tensor, k) for k in dir(Tensor) if not k.startswith("_") and callable(getattr(Tensor, k))}
     env.update({k: v for m in (F, gpugrad) for k, v in vars(m).items() if not k.startswith("_") and callable(v)})
     return {**env, "gpugrad": gpugrad, **tensors}
 
 
 def run(args) -> int:
-    import gpugrad
-    from gpugrad.autograd import draw, explain, record
-
     try:
         tensors = {k: gpugrad.tensor(np.asarray(v, dtype=args.dtype), device=args.device, requires_grad=True)
                    for k, v in args.values}
@@ -67,8 +66,6 @@ def run(args) -> int:
     print("backward(): " + ", ".join(f"{k}.grad = {v.grad.tolist()}" for k, v in tensors.items()
                                      if v.grad is not None))
     if args.draw:
-        import warnings
-
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             path = draw(out, args.draw, report=report)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpugrad.cli.checkpoint import OutputPathError, atomic_write, output_path
+
 INSTALL_HINT = "pip install 'gpugrad[plot]'"
 
 
@@ -30,10 +32,8 @@ def _format(path):
 def check_plot_path(path, what="--plot"):
     """Fail fast, before any long work: matplotlib present, a format it writes, a file path whose directory exists
     (created here) -- raises PlotUnavailable or checkpoint.OutputPathError, each with one line."""
-    from gpugrad.cli.checkpoint import OutputPathError, output_path
-
     require_matplotlib()
-    from matplotlib.backend_bases import FigureCanvasBase
+    from matplotlib.backend_bases import FigureCanvasBase  # NOTE: optional: only once require_matplotlib found it
 
     types = FigureCanvasBase.get_supported_filetypes()
     if _format(path) not in types:
@@ -44,8 +44,6 @@ def check_plot_path(path, what="--plot"):
 def save_figure(fig, path, what="--plot"):
     """``fig`` written atomically to ``path`` in the format its suffix names (no suffix: png, and none is added:
     the file is exactly ``path``)."""
-    from gpugrad.cli.checkpoint import atomic_write
-
     return atomic_write(path, lambda f: fig.savefig(f, format=_format(path), dpi=100), what)
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from gpugrad.core import tensor_xp
 from gpugrad.core.forward_state import STATE, pause, set_tangent
-from gpugrad.core.grad_mode import STATE as _GRAD
-from gpugrad.core.grad_mode import no_grad
+from gpugrad.core.grad_mode import STATE as _GRAD, no_grad
 from gpugrad.core.registry import REGISTRY
 from gpugrad.core.tensor import TensorBase, make
 

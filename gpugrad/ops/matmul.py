@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from gpugrad.backend import cublas, kernels
+from gpugrad.backend import cublas, kernels, threads
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
 from gpugrad.core.tensor import as_operand
@@ -62,6 +62,7 @@ class Matmul(Op):
         self.save_for_backward(a if rb else None, b if ra else None)
         if a.ndim > 2 or b.ndim > 2:
             self.private_saved = _torch_copies(a, b, ra, rb)
+        threads.fit(xp, a.size * b.shape[-1])  # BLAS threads for the free cores (backward's products: the same size)
         return mm(a, b)
 
     def _backward(self, xp, mm, gy):
@@ -170,6 +171,7 @@ class Linear(KernelOp):
         self._name = "AddmmBackward0" if b is not None else "MmBackward0"
         ng = self.needs_input_grad
         self.save_for_backward(x if ng[1] else None, w if ng[0] else None)
+        threads.fit(xp, x.size * w.shape[0])
         y = _gemm(impl, xp)(x, w.T)
         if b is not None:
             y += b  # y is a fresh product: adding in place saves a temporary the size of the output

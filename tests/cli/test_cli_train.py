@@ -652,7 +652,7 @@ def test_a_checkpoints_config_passes_the_command_lines_rules(tmp_path, capsys, f
 
 
 def test_command_line_and_checkpoint_share_one_rule_per_field():
-    from gpugrad.cli.train import DEFAULTS, RULES, _arg
+    from gpugrad.cli.train_args import DEFAULTS, RULES, _arg
 
     assert set(RULES) == set(DEFAULTS)
     for text in ("nan", "inf", "-1", "0", "fast"):

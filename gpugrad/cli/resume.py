@@ -1,0 +1,153 @@
+"""What ``gpugrad train --resume`` reads back: the progress record a checkpoint holds (:class:`Progress`), and the
+checks that a loaded checkpoint (gpugrad/cli/checkpoint.py reads the file) holds what the command line would
+accept: the config by train_args.RULES, the progress record, the generator state, finite weights, and optimizer
+state that the run's own optimizer could have written.  Each failure is a CheckpointError naming the field."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpugrad import Tensor
+from gpugrad.backend import CPU
+from gpugrad.cli.checkpoint import CheckpointError
+from gpugrad.cli.train_args import RULES
+from gpugrad.random import generator
+
+METRICS = ("epoch", "train_loss", "test_loss", "test_acc", "samples_per_s", "train_time_s", "eval_time_s")
+
+
+class Progress:
+    """Where a run stands: the epoch being trained (0-based), batches done in it, and what they added up to."""
+
+    def __init__(self, epoch=0, batch=0, samples=0, train_time=0.0, loss_sum=None, history=()):
+        self.epoch, self.batch, self.samples, self.train_time = epoch, batch, samples, train_time
+        self.loss_sum = loss_sum  # device scalar: summing on the device avoids a sync per batch
+        self.history = list(history)
+        self.rng = None  # the CPU generator's state at the last committed step (None: at an epoch boundary)
+
+    def state(self):
+        return {"epoch": self.epoch, "batch": self.batch, "samples": self.samples, "train_time": self.train_time,
+                "loss_sum": self.loss_sum, "history": self.history}
+
+
+def _short(value, width=60):
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _host(v):
+    """A Tensor (state dicts hold them, as torch's) as a host array; anything else as it is."""
+    return v.detach().cpu().numpy() if isinstance(v, Tensor) else v
+
+
+def _is_count(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite_array(v):
+    return isinstance(v, np.ndarray) and v.dtype.kind in "fiub" and bool(np.isfinite(v).all())
+
+
+def _same(a, b):
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except (TypeError, ValueError):  # e.g. an array where a number belongs
+        return False
+
+
+# what a resumed progress record may hold: field -> (test, what it must be)
+PROGRESS_RULES = {
+    "epoch": (_is_count, "an integer >= 0"), "batch": (_is_count, "an integer >= 0"),
+    "samples": (_is_count, "an integer >= 0"),
+    "train_time": (lambda v: _is_number(v) and 0 <= v < math.inf, "a finite number of seconds >= 0"),
+    "loss_sum": (lambda v: v is None or getattr(v, "shape", None) == () and math.isfinite(v.item()),
+                 "None or a 0-d tensor with a finite value"),
+    "history": (lambda v: isinstance(v, list) and all(isinstance(m, dict) and set(m) == set(METRICS)
+                                                      and all(map(_is_number, m.values())) for m in v),
+                f"a list of per-epoch records of the numbers {', '.join(METRICS)}"),
+}
+
+
+def check_resumable(saved, path):
+    """Raise CheckpointError unless ``saved`` holds what ``gpugrad train --resume`` reads, with values the command
+    line would accept: the config (by RULES), the progress record, the generator state, finite model weights."""
+    saved = saved if isinstance(saved, dict) else {}
+    config, progress = saved.get("config"), saved.get("progress")
+    missing = [k for k in ("config", "model", "optimizer", "progress") if not isinstance(saved.get(k), dict)]
+    missing += [f"config/{k}" for k in RULES if isinstance(config, dict) and k not in config]
+    missing += [f"progress/{k}" for k in Progress().state() if isinstance(progress, dict) and k not in progress]
+    if missing:
+        raise CheckpointError(f"{path}: not a checkpoint of `gpugrad train` (no {', '.join(missing)})")
+    check_config(config, path)
+    check_progress(progress, path)
+    if saved.get("rng") is not None:
+        kind = type(generator(CPU).bit_generator)
+        try:
+            kind().state = saved["rng"]["numpy"]  # a scratch generator: the state must be one it accepts
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as e:
+            raise CheckpointError(f"{path}: rng/numpy is not a state of NumPy's {kind.__name__} "
+                                  f"({type(e).__name__}: {e})") from None
+    for name, value in saved["model"].items():
+        value = _host(value)
+        if not _finite_array(value):
+            what = f"a {type(value).__name__}, not an array" if not isinstance(value, np.ndarray) else \
+                "NaN or infinite values"
+            raise CheckpointError(f"{path}: model/{name} holds {what}; this checkpoint cannot be resumed")
+
+
+def check_config(config, where):
+    """Raise CheckpointError naming the first field of a checkpoint's ``config`` that the command line would
+    refuse (or that it does not know); ints stand in for floats, as JSON may write them."""
+    unknown = sorted(str(k) for k in config if k not in RULES)
+    if unknown:
+        raise CheckpointError(f"{where}: config has unknown field(s) {', '.join(unknown)}")
+    for key, (kind, test, what) in RULES.items():
+        value = config[key]
+        if key == "data" and value is None:  # the embedded digits
+            continue
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = config[key] = float(value)
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool) or not test(value):
+            raise CheckpointError(f"{where}: config/{key} is {_short(value)}, but --{key.replace('_', '-')} must be "
+                                  f"{what}")
+
+
+def check_progress(progress, path):
+    """Raise CheckpointError naming the first field of a checkpoint's progress record that PROGRESS_RULES refuse."""
+    for key, value in progress.items():
+        if key not in PROGRESS_RULES:
+            raise CheckpointError(f"{path}: progress has unknown field(s) {key}")
+        test, what = PROGRESS_RULES[key]
+        if not test(value):
+            raise CheckpointError(f"{path}: progress/{key} is {_short(value)}; it must be {what}")
+
+
+def check_optimizer_state(state, optimizer, path):
+    """Raise CheckpointError unless ``state`` (a checkpoint's ``optimizer``) could come from ``optimizer``, which
+    was built from the checkpoint's validated config: the same parameter groups and options (a NaN learning rate
+    in the optimizer's own copy is caught here), and per-parameter state of finite arrays and step counts."""
+    def bad(where, what):
+        return CheckpointError(f"{path}: optimizer/{where} {what}; this checkpoint cannot be resumed")
+
+    fresh, groups, per_param = optimizer.state_dict()["param_groups"], state.get("param_groups"), state.get("state")
+    if set(state) != {"param_groups", "state"} or not isinstance(groups, list) or not isinstance(per_param, dict):
+        raise bad("", "must hold exactly param_groups (a list) and state (a dict)")
+    if len(groups) != len(fresh):
+        raise bad("param_groups", f"has {len(groups)} groups, `gpugrad train` makes {len(fresh)}")
+    for i, (group, own) in enumerate(zip(groups, fresh)):
+        group = group if isinstance(group, dict) else {"(group)": group}
+        for key in sorted(set(group) | set(own)):
+            if not _same(group.get(key), own.get(key)):
+                raise bad(f"param_groups/{i}/{key}", f"is {_short(group.get(key))}, but the run's config gives "
+                          f"{_short(own.get(key))}")
+    for idx, st in per_param.items():
+        for name, value in (st.items() if isinstance(st, dict) else [("", st)]):
+            value = _host(value)
+            if not (_is_count(value) or _finite_array(value)):
+                what = "holds NaN or infinite values" if isinstance(value, np.ndarray) else f"is {_short(value)}"
+                raise bad(f"state/{idx}/{name}", f"{what}, not a finite array or a step count")
