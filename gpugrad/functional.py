@@ -18,6 +18,7 @@ import numpy as np
 
 from gpugrad import return_types
 from gpugrad.core.args import canonical_axis, dims as _dim, index_array as _index_array, sizes as _sizes, with_dtype
+from gpugrad.core.op import named as _named
 from gpugrad.core.registry import composite
 from gpugrad.core.tensor import TensorBase, as_operand, make as _make, on_own_device as _on_own_device
 from gpugrad.ops.activation import POINTWISE_OPS
@@ -27,13 +28,6 @@ from gpugrad.ops.matmul import Matmul
 from gpugrad.ops.movement import Cat, Gather, tensors_of
 from gpugrad.ops.reduce import Max, Median, Min
 from gpugrad.ops.scan import Cumprod
-
-
-def _named(t, name):
-    """``t`` with its node named as torch names it (a composition's last node would otherwise name it)."""
-    if t._grad_fn is not None:
-        t._grad_fn._name = name
-    return t
 
 
 def _axis(input, dim, op):
@@ -451,7 +445,7 @@ def masked_select(input, mask):
 
 @composite("nansum")
 def nansum(input, dim=None, keepdim=False, *, dtype=None):
-    return where(input.isnan(), 0.0, input).sum(dim, keepdim, dtype=dtype)
+    return _named(where(input.isnan(), 0.0, input).sum(dim, keepdim, dtype=dtype), "NansumBackward0")
 
 
 @composite("nanmean")

@@ -124,7 +124,7 @@ ARITH_ROWS = [
     Exact("rmul", "mul", lambda a: 2 * a.sin(), ([0.0, 1.0],), lambda a: 2 * ew(MP.sin)(a)),
     Exact("div", "div", lambda a, b: a / b, (A23, B3), lambda a, b: a / b),
     Exact("div_thirds", "div", lambda a, b: a / b, ([1.0, 2.0, -1.0], [3.0, 3.0, 7.0]), [Q(1, 3), Q(2, 3), Q(-1, 7)]),
-    Exact("rdiv", "div", lambda a: 3.0 / a, ([4.0, -0.5, 3.0],), [Q(3, 4), -6, 1]),
+    Exact("rdiv", "reciprocal", lambda a: 3.0 / a, ([4.0, -0.5, 3.0],), [Q(3, 4), -6, 1]),
     Exact("neg", "neg", lambda a: -a, (A23,), lambda a: -a),
     # 0 ** 0 = 1; a negative base with an integer exponent
     Exact("pow", "pow", lambda a, b: a ** b, ([2.0, 4.0, 0.5, 0.0, 9.0, -2.0, -2.0], [0.5, -0.5, 3.0, 0.0, 1.5, 3.0, 2.0]),

@@ -370,7 +370,7 @@ CASES = [
            torch_fn=lambda a, b: a * b),
     OpCase("div", lambda a, b: a / b, np.divide, [((3, 4), (3, 4)), ((4,), (3, 1))], low=0.5, high=2.0,
            torch_fn=lambda a, b: a / b),
-    OpCase("rdiv", lambda a: 3.0 / a, lambda a: 3.0 / a, [((2, 3),)], op="div", low=0.5, torch_fn=lambda a: 3.0 / a),
+    OpCase("rdiv", lambda a: 3.0 / a, lambda a: 3.0 / a, [((2, 3),)], op="reciprocal", low=0.5, torch_fn=lambda a: 3.0 / a),
     OpCase("neg", lambda a: -a, np.negative, [((3, 4),), ((),)], torch_fn=lambda a: -a),
     OpCase("pow", lambda a, b: a ** b, np.power, [((3, 4), (3, 4)), ((3, 4), ())], low=0.5, high=2.0,
            torch_fn=lambda a, b: a ** b),

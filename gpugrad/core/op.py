@@ -37,6 +37,13 @@ def describe(op: str, args) -> str:
     return f"{op}: got shapes [{shapes}], dtypes [{dtypes}], devices [{devices}]"
 
 
+def named(t, name):
+    """``t`` with its node named as torch names it: a composition's last node would otherwise name it."""
+    if t._grad_fn is not None:
+        t._grad_fn._name = name
+    return t
+
+
 class Op(Node):
     """Base class of gpugrad's built-in ops (each instance is the ``grad_fn`` of its output).
 
@@ -60,6 +67,11 @@ class Op(Node):
     elementwise = False
     batched_jvp = False  # the JVP also takes tangents with a leading axis of B directions (broadcasting formulas)
     changes_device = False
+    # torch makes a Python number an input of the node (an edge to nothing) for most ops (x * 2: two edges), but not
+    # where its overload takes a Scalar (x ** 2, x % 2: one edge). Such ops say number_edges = False; they cannot be
+    # linear (Transposed fills the inputs by position).
+    number_edges = True
+    _edge_slots = None  # with number_edges False: the positions of the tensor inputs, the node's only edges
     formula = None  # the VJP in words, per input ("ga = gy * b; gb = gy * a"): explain shows it
     _name = None
     saved = None
@@ -170,9 +182,11 @@ class Op(Node):
                     parents.append(parent if parent is not None else AccumulateGrad.of(a))
                 else:
                     parents.append(None)
-            else:
+            elif self.number_edges:
                 meta.append(None)
                 parents.append(None)
+        if not self.number_edges:
+            self._edge_slots = [i for i, a in enumerate(args) if isinstance(a, TensorBase)]
         self._parents = parents
         self._in_meta = meta
         result._requires_grad = True
@@ -331,12 +345,18 @@ class Op(Node):
                     "first.")
 
     def run_backward(self, gy, create_graph: bool):
+        """The gradients for the node's edges (the engine's call): the VJP of each input, checked saved values."""
         if self._saved_refs is not None or self._released:
             self._check_saved()
-        if not create_graph:
-            gxs = self._backwards[self._be.name](self, self._be.xp, gy)
-        else:
-            gxs = self._backward_on_tensors(gy)
+        gxs = self._vjps(gy, create_graph)
+        if self._edge_slots is not None:  # a gradient for each tensor input only (number_edges = False)
+            gxs = tuple([gxs[i] for i in self._edge_slots])
+        return gxs
+
+    def _vjps(self, gy, create_graph):
+        """One gradient per positional input (None where none is needed)."""
+        gxs = self._backwards[self._be.name](self, self._be.xp, gy) if not create_graph else \
+            self._backward_on_tensors(gy)
         return gxs if type(gxs) is tuple else (gxs,)
 
     def _backward_on_tensors(self, gy):
@@ -386,7 +406,7 @@ class Op(Node):
         total = None
         for i, t in enumerate(ts):
             if t is not None:
-                g = self.run_backward(t, create_graph=not isinstance(t, self._be.array_type))[i]
+                g = self._vjps(t, not isinstance(t, self._be.array_type))[i]
                 total = g if total is None else total + g
         return total
 

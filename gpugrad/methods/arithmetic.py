@@ -13,13 +13,17 @@ class ArithmeticMethods:
 
     # NOTE: the dunders are the hottest Python in gpugrad (every `a * b`): one call into the op, nothing else.
     def __add__(self, o): return Add.apply(self, as_operand(o, self))
-    def __radd__(self, o): return Add.apply(as_operand(o, self), self)
+    # NOTE: torch evaluates `2 + x` and `2 * x` as x.add(2) and x.mul(2): the tensor is the first input (next_functions)
+    def __radd__(self, o): return Add.apply(self, as_operand(o, self))
     def __sub__(self, o): return Sub.apply(self, as_operand(o, self))
     def __rsub__(self, o): return Sub.apply(as_operand(o, self), self)
     def __mul__(self, o): return Mul.apply(self, as_operand(o, self))
-    def __rmul__(self, o): return Mul.apply(as_operand(o, self), self)
+    def __rmul__(self, o): return Mul.apply(self, as_operand(o, self))
     def __truediv__(self, o): return Div.apply(self, as_operand(o, self))
-    def __rtruediv__(self, o): return Div.apply(as_operand(o, self), self)
+    def __rtruediv__(self, o):
+        o = as_operand(o, self)  # torch computes 2 / x as x.reciprocal() * 2 (values and nodes)
+        return Div.apply(o, self) if isinstance(o, TensorBase) else Mul.apply(self.reciprocal(), o)
+
     def __pow__(self, o): return Pow.apply(self, as_operand(o, self))
     def __rpow__(self, o): return Pow.apply(as_operand(o, self), self)
     def __matmul__(self, o): return Matmul.apply(self, as_operand(o, self))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpugrad.core.args import basic_key, index_key
 from gpugrad.core.forward import write_tangent
 from gpugrad.core.grad_mode import STATE, no_grad
+from gpugrad.core.op import named
 from gpugrad.core.tensor import TensorBase, as_operand, make, new, on_own_device
 from gpugrad.core.views import before_write, check_fits, check_overlap, fresh, rebase, write_through
 from gpugrad.dtypes import can_cast
@@ -128,4 +129,4 @@ def _index_put(t, key, value):
         buf = xp.zeros(t.shape, dtype=t.dtype)
         buf[key] = value
         placed = make(buf, t._backend)
-    return Where.apply(placed, t, cond=mask)
+    return named(Where.apply(placed, t, cond=mask), "IndexPutBackward0")

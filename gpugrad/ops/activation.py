@@ -143,6 +143,8 @@ class Dropout(KernelOp):
     """
 
     def _fwd(self, impl, xp, x):
+        # torch's nodes: a multiply by the scaled mask on the CPU, its fused native_dropout on CUDA
+        self._name = "MulBackward0" if impl is R else "NativeDropoutBackward0"
         y, mask = impl.dropout_fwd(xp, x, self.p, self.u)
         self.u = None  # the randoms are consumed; only the (smaller) mask is kept for backward
         self.save_for_backward(mask)

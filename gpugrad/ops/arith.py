@@ -4,47 +4,54 @@ from __future__ import annotations
 import math
 import numbers
 
-from gpugrad.core.op import Op
+from gpugrad.core.op import Op, named
 from gpugrad.core.registry import REGISTRY, register
 from gpugrad.core.tensor import TensorBase, as_operand
 
 
 @register("add", inplace=True)
 class Add(Op):
-    """y = a + b.  VJP: ga = gy, gb = gy."""
+    """y = a + alpha * b (torch's alpha=, 1 by default).  VJP: ga = gy, gb = alpha * gy."""
     promotes = True
     double_backward = linear = batched_jvp = True
+    alpha = 1
 
     def forward(self, xp, a, b):
-        return a + b
+        return a + b if self.alpha == 1 else a + b * self.alpha
 
     def backward(self, xp, gy):
-        return gy, gy
+        return gy, (gy if self.alpha == 1 else gy * self.alpha)
 
     @staticmethod
     def add(input, other, *, alpha=1):
         """input + alpha * other."""
         other = as_operand(other, input)
-        return Add.apply(input, other * alpha if alpha != 1 else other)
+        return Add.apply(input, other) if alpha == 1 else Add.apply(input, other, alpha=alpha)
 
 
 @register("sub", inplace=True)
 class Sub(Op):
-    """y = a - b.  VJP: ga = gy, gb = -gy."""
+    """y = a - alpha * b (torch's alpha=, 1 by default).  VJP: ga = gy, gb = -alpha * gy.  ``2 - x`` is torch's rsub
+    (RsubBackward1)."""
     promotes = True
     double_backward = linear = batched_jvp = True
+    alpha = 1
 
     def forward(self, xp, a, b):
-        return a - b
+        if not isinstance(a, xp.ndarray):
+            self._name = "RsubBackward1"
+        return a - b if self.alpha == 1 else a - b * self.alpha
 
     def backward(self, xp, gy):
-        return gy, (-gy if self.needs_input_grad[1] else None)
+        if not self.needs_input_grad[1]:
+            return gy, None
+        return gy, (-gy if self.alpha == 1 else gy * -self.alpha)
 
     @staticmethod
     def sub(input, other, *, alpha=1):
         """input - alpha * other."""
         other = as_operand(other, input)
-        return Sub.apply(input, other * alpha if alpha != 1 else other)
+        return Sub.apply(input, other) if alpha == 1 else Sub.apply(input, other, alpha=alpha)
 
 
 @register("mul", inplace=True)
@@ -125,8 +132,12 @@ class Pow(Op):
     gb = gy * y * log(a), 0 where a == 0 and b >= 0, NaN where a < 0 (the log of a negative number)."""
     promotes = True
     double_backward = elementwise = batched_jvp = True
+    number_edges = False  # as torch's pow.Tensor_Scalar / pow.Scalar: a Python number is no input of the node
 
     def forward(self, xp, a, b):
+        # torch's overloads: x ** t PowBackward1, x ** c PowBackward0, c ** x PowBackward2
+        self._name = ("PowBackward1" if isinstance(b, xp.ndarray) else "PowBackward0") if isinstance(a, xp.ndarray) \
+            else "PowBackward2"
         y = a ** b
         # As torch: x ** c saves x only (y may then change in place); c ** x and x ** t save the output too.
         self.save_for_backward(a, b, None if isinstance(b, numbers.Number) else y)
@@ -237,7 +248,7 @@ class Abs(Op):
         return Abs.apply(input)
 
 
-@register("clamp", inplace=True)
+@register("clamp", inplace=True, node="ClampBackward1")  # torch's clamp with number bounds
 class Clamp(Op):
     """y = min(max(x, lo), hi).  VJP: gx = gy inside [lo, hi] (boundaries included, as torch), else 0."""
     double_backward = elementwise = batched_jvp = True
@@ -263,4 +274,5 @@ class Clamp(Op):
         if not isinstance(min, TensorBase) and not isinstance(max, TensorBase):
             return Clamp.apply(input, lo=min, hi=max)
         x = input if min is None else Where.apply(as_operand(min, input), input, cond=(input < min)._data)
-        return x if max is None else Where.apply(as_operand(max, input), x, cond=(x > max)._data)
+        y = x if max is None else Where.apply(as_operand(max, input), x, cond=(x > max)._data)
+        return named(y, "ClampBackward0")  # torch's node for tensor bounds (clamp.Tensor)

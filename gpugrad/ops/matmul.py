@@ -32,6 +32,7 @@ class Matmul(Op):
     double_backward = batched_jvp = True
 
     def forward(self, xp, a, b):
+        threads.fit(xp, a.size * b.shape[-1])  # BLAS threads for the free cores (backward's products: the same size)
         return self._forward(xp.matmul, a, b)
 
     def forward_cuda(self, xp, a, b):
@@ -62,7 +63,6 @@ class Matmul(Op):
         self.save_for_backward(a if rb else None, b if ra else None)
         if a.ndim > 2 or b.ndim > 2:
             self.private_saved = _torch_copies(a, b, ra, rb)
-        threads.fit(xp, a.size * b.shape[-1])  # BLAS threads for the free cores (backward's products: the same size)
         return mm(a, b)
 
     def _backward(self, xp, mm, gy):

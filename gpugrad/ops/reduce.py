@@ -97,9 +97,12 @@ class _Extreme(_Reduce):
 
     full_suffix, axis_suffix = "1", "0"
     double_backward = True
+    amax = False  # called as amax/amin: torch's AmaxBackward0 / AminBackward0 over any dims
 
     def forward(self, xp, x):
         axes = self._setup(x)
+        if self.amax:
+            self._name = self.np_name.capitalize() + "Backward0"
         if any(x.shape[a] == 0 for a in self.axes):  # only a reduced axis must be non-empty: (0, 3).max(1) is (0,)
             raise (RuntimeError if self.axis is None else IndexError)(
                 f"{self.op_name}(): cannot reduce an empty tensor of shape {x.shape} over axes {self.axes}: "
@@ -141,12 +144,12 @@ class Min(_Extreme):
 
 @composite("amax")
 def amax(input, dim=(), keepdim=False, **kw):
-    return Max.apply(input, **dims(dim, keepdim, kw, "amax"))
+    return Max.apply(input, amax=True, **dims(dim, keepdim, kw, "amax"))
 
 
 @composite("amin")
 def amin(input, dim=(), keepdim=False, **kw):
-    return Min.apply(input, **dims(dim, keepdim, kw, "amin"))
+    return Min.apply(input, amax=True, **dims(dim, keepdim, kw, "amin"))
 
 
 @register("median")

@@ -35,8 +35,10 @@ def floor_divide(input, other):
 class Remainder(Op):
     """y = a - floor(a / b) * b: the sign of b, as Python's %.  VJP: ga = gy, gb = -gy * floor(a / b)."""
     elementwise = double_backward = promotes = True
+    number_edges = False  # as torch's remainder.Scalar: a Python number is no input of the node
 
     def forward(self, xp, a, b):
+        self._name = self.node_name[:-1] + ("1" if isinstance(b, xp.ndarray) else "0")  # torch: .Tensor / .Scalar
         self.save_for_backward(a, b)
         return xp.remainder(a, b) if self.op_name == "remainder" else xp.fmod(a, b)
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from gpugrad.backend import deferred
 from gpugrad.core.args import canonical_axis, index_array
-from gpugrad.core.op import Op
+from gpugrad.core.op import Op, named as _named
 from gpugrad.core.registry import composite, register
-from gpugrad.core.tensor import as_operand
+from gpugrad.core.tensor import TensorBase, as_operand
 
 
 @register("scatter", inplace=True)
@@ -54,13 +54,14 @@ class Scatter(Op):
         if reduce not in (None, "add"):
             raise ValueError(f"scatter: reduce must be None or 'add', got {reduce!r}")
         src = value if src is None else src
-        return Scatter.apply(input, as_operand(src, input), index=index_array(index, input, "scatter"), axis=dim,
-                             reduce=reduce)
+        src = as_operand(src, input)
+        out = Scatter.apply(input, src, index=index_array(index, input, "scatter"), axis=dim, reduce=reduce)
+        return out if isinstance(src, TensorBase) else _named(out, "ScatterBackward1")  # torch's scatter.value
 
 
 @composite("scatter_add", inplace=True)
 def scatter_add(input, dim, index, src):
-    return Scatter.scatter(input, dim, index, src, reduce="add")
+    return _named(Scatter.scatter(input, dim, index, src, reduce="add"), "ScatterAddBackward0")
 
 
 @composite("index_add", inplace=True)
@@ -69,4 +70,5 @@ def index_add(input, dim, index, source, *, alpha=1):
     d = canonical_axis(dim, input.ndim, "index_add")
     idx = index_array(index, input, "index_add").reshape([-1 if e == d else 1 for e in range(source.ndim)])
     source = source if alpha == 1 else source * alpha
-    return Scatter.scatter(input, d, input._backend.xp.broadcast_to(idx, source.shape), source, reduce="add")
+    out = Scatter.scatter(input, d, input._backend.xp.broadcast_to(idx, source.shape), source, reduce="add")
+    return _named(out, "IndexAddBackward0")
