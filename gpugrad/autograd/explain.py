@@ -241,11 +241,8 @@ def _host(arrays):
 
 
 def _formulas(node, n):
-    """The op's VJP, split per input: its ``formula`` attribute, else the docstring's "VJP: ga = ..., gb = ..."."""
+    """The op's VJP, split per input: its ``formula`` attribute ("ga = ..., gb = ...")."""
     f = getattr(node, "formula", None)
-    if f is None:
-        m = re.search(r"VJP[^:.]*:\s*(.*?)(?:[.;]\s|\.?$)", " ".join((type(node).__doc__ or "").split()))
-        f = m.group(1) if m else None
     if not f:
         return [None] * n
     # one "g<input> = ..." term per input, less a trailing remark in words: "(as torch does)"

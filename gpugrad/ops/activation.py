@@ -103,6 +103,7 @@ class BiasAct(KernelOp):
     JVP: act'(.) * (tx + tb), the same g * f' kernel.  x and b are kept too (copied if changed in place, as they are
     only read by a double backward, which recomputes z = x + b on Tensors).
     """
+    formula = "gx = gy * act'(x + b), gb = Σ gy * act'(x + b) over the leading axes"
     params = ()
     private_saved = (1, 2)
 
@@ -141,6 +142,7 @@ class Dropout(KernelOp):
 
     VJP: gx = gy * mask / (1 - p).
     """
+    formula = "gx = gy * mask / (1 - p)"
 
     def _fwd(self, impl, xp, x):
         # torch's nodes: a multiply by the scaled mask on the CPU, its fused native_dropout on CUDA

@@ -12,6 +12,7 @@ from gpugrad.core.tensor import TensorBase, as_operand
 @register("add", inplace=True)
 class Add(Op):
     """y = a + alpha * b (torch's alpha=, 1 by default).  VJP: ga = gy, gb = alpha * gy."""
+    formula = "ga = gy, gb = alpha * gy"
     promotes = True
     double_backward = linear = batched_jvp = True
     alpha = 1
@@ -33,6 +34,7 @@ class Add(Op):
 class Sub(Op):
     """y = a - alpha * b (torch's alpha=, 1 by default).  VJP: ga = gy, gb = -alpha * gy.  ``2 - x`` is torch's rsub
     (RsubBackward1)."""
+    formula = "ga = gy, gb = -alpha * gy"
     promotes = True
     double_backward = linear = batched_jvp = True
     alpha = 1
@@ -57,6 +59,7 @@ class Sub(Op):
 @register("mul", inplace=True)
 class Mul(Op):
     """y = a * b.  VJP: ga = gy * b, gb = gy * a (each saved only if the other side needs it)."""
+    formula = "ga = gy * b, gb = gy * a"
     promotes = True
     double_backward = elementwise = batched_jvp = True
 
@@ -82,6 +85,7 @@ class Div(Op):
     Saves what torch saves, so the same in-place changes are legal: b, and a when b needs a gradient; never y.
     For a Python-scalar a, torch computes b.reciprocal() * a and keeps only its own intermediate, so b is kept
     privately (copied if changed in place)."""
+    formula = "ga = gy / b, gb = -gy * a / b²"
     promotes = "float"  # true division: integers divide in the default float dtype
     double_backward = elementwise = batched_jvp = True
 
@@ -113,6 +117,7 @@ class Div(Op):
 @register("neg", inplace=True)
 class Neg(Op):
     """y = -x.  VJP: gx = -gy."""
+    formula = "gx = -gy"
     double_backward = linear = batched_jvp = True
 
     def forward(self, xp, x):
@@ -130,6 +135,7 @@ class Neg(Op):
 class Pow(Op):
     """y = a ** b.  VJP (torch's pow_backward): ga = gy * b * a**(b-1), 0 where b == 0 (even at a == 0);
     gb = gy * y * log(a), 0 where a == 0 and b >= 0, NaN where a < 0 (the log of a negative number)."""
+    formula = "ga = gy * b * a^(b-1), gb = gy * y * log(a)"
     promotes = True
     double_backward = elementwise = batched_jvp = True
     number_edges = False  # as torch's pow.Tensor_Scalar / pow.Scalar: a Python number is no input of the node
@@ -171,6 +177,7 @@ class Pow(Op):
 @register("maximum")
 class Maximum(Op):
     """y = max(a, b).  VJP: gy goes to the larger input; on ties it is split evenly; with a NaN, to both (as torch)."""
+    formula = "ga = gy where a > b, gb = gy where b > a (halved on ties)"
     promotes = True
     double_backward = elementwise = batched_jvp = True
 
@@ -190,6 +197,7 @@ class Maximum(Op):
 @register("minimum")
 class Minimum(Op):
     """y = min(a, b).  VJP like maximum with the comparison flipped."""
+    formula = "ga = gy where a < b, gb = gy where b < a (halved on ties)"
     promotes = True
     double_backward = elementwise = batched_jvp = True
 
@@ -216,6 +224,7 @@ def _split(xp, gy, a_loses, b_loses, tie):
 @register("where", method=False, function=False)  # where(condition, input, other): functional.where
 class Where(Op):
     """y = cond ? a : b (cond is a non-differentiable keyword).  VJP: ga = gy where cond, gb = gy elsewhere."""
+    formula = "ga = gy where cond, gb = gy elsewhere"
     promotes = True
     double_backward = linear = batched_jvp = True
 
@@ -230,6 +239,7 @@ class Where(Op):
 @register("abs", inplace=True)
 class Abs(Op):
     """y = |x|.  VJP: gx = gy * sign(x); subgradient 0 at x == 0, as torch."""
+    formula = "gx = gy * sign(x)"
     double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, x):
@@ -251,6 +261,7 @@ class Abs(Op):
 @register("clamp", inplace=True, node="ClampBackward1")  # torch's clamp with number bounds
 class Clamp(Op):
     """y = min(max(x, lo), hi).  VJP: gx = gy inside [lo, hi] (boundaries included, as torch), else 0."""
+    formula = "gx = gy inside [min, max] (bounds included), else 0"
     double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, x):

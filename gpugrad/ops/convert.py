@@ -10,6 +10,7 @@ from gpugrad.core.views import OVERLAP, overlaps
 @register("cast")
 class Cast(Op):
     """y = x.astype(dtype).  VJP: gy cast back (the engine casts every gradient to its input's dtype)."""
+    formula = "gx = gy cast back to x's dtype"
     linear = batched_jvp = True  # no axes: B tangents at once as they are
     double_backward = True
     node_name = "ToCopyBackward0"
@@ -24,6 +25,7 @@ class Cast(Op):
 @register("to_device")
 class ToDevice(Op):
     """y = x copied to another device.  VJP: gy copied back to x's device."""
+    formula = "gx = gy copied back to x's device"
     linear = batched_jvp = True  # no axes: B tangents at once as they are
     changes_device = True
     node_name = "ToCopyBackward0"
@@ -43,6 +45,7 @@ def _move(array, source, target):
 class Copy(Op):
     """y = a copy of x in a fresh buffer, in x's layout (clone) or C order (``order="C"``: contiguous()).
     VJP: gx = gy.  CloneBackward0 as in torch."""
+    formula = "gx = gy"
     linear = batched_jvp = True  # no axes: B tangents at once as they are
     double_backward = True
     order = "K"
@@ -62,6 +65,7 @@ class Copy(Op):
 @register("index_place")
 class IndexPlace(Op):
     """y = zeros(shape) with y[key] = value (the value side of ``t[key] = value``).  VJP: gvalue = gy[key]."""
+    formula = "gvalue = gy[key]"
     linear = True
     node_name = "IndexPutBackward0"
 
@@ -79,6 +83,7 @@ class AsView(Op):
     """y = view_fn(x): a view of x re-derived after x was changed in place (basic slices, reshapes, transposes and
     expands; ``view_fn`` maps an array to the view).  VJP: gx = zeros with gy written into the view, or added where
     the view repeats elements (an expand)."""
+    formula = "gx = zeros with gy written into the view (added where it repeats elements)"
     linear = True
     node_name = "AsStridedBackward0"
 
@@ -101,6 +106,7 @@ class AsView(Op):
 class CopySlices(Op):
     """y = base with its region ``view_fn(base)`` replaced by value: an in-place op on a view, as a graph node
     of the base (torch's CopySlices).  VJP: gbase = gy with that region zeroed; gvalue = gy's region."""
+    formula = "gbase = gy with the region zeroed, gvalue = gy's region"
     linear = True
     node_name = "CopySlices"
 
@@ -125,6 +131,7 @@ class Overwrite(Op):
 
     VJP: gold = 0, a constant: the replaced values get a zero gradient and, under create_graph, no edge into their
     history (a second-order pass never reaches it); gsrc = gy (the engine sums and casts it back to src)."""
+    formula = "gold = 0, gsrc = gy"
     linear = True
     double_backward = True
     node_name = "CopyBackwards"

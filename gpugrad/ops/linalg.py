@@ -21,6 +21,7 @@ class Einsum(Op):
     alone comes back as a ones vector (broadcast), and a repeated letter ("ii") as an identity matrix (a diagonal).
     JVP: the product rule, Σ_i einsum(..., t_i, ...).
     """
+    formula = "g_i = einsum of gy with the other operands into operand i's subscripts"
     double_backward = True
     promotes = "same"  # as torch: mixed dtypes are an error
 
@@ -109,6 +110,7 @@ class LinalgVectorNorm(_Reduce):
     for p = 2 and sign(x) for p = 1; for ±inf sign(x) split evenly among the elements attaining y; 0 for p = 0, and 0
     where y = 0 or x = 0 (a subgradient where the norm is not differentiable).
     """
+    formula = "gx = gy * sign(x) |x|^(p-1) / y^(p-1)"
     double_backward = True
     full_suffix = axis_suffix = "0"
 

@@ -83,6 +83,7 @@ class CrossEntropy(_ChosenLogProb):
     w[t_i], a_i = b_i + e / C Σ w (0 rows where ignored), g_i the upstream gradient of row i (gy / Σ w[t_i] for the
     mean, gy for the sum). Forward and backward are one launch each on CUDA, the reduction included.
     """
+    formula = "gx_i = g_i * (softmax(x_i) - onehot(t_i)) (weights, smoothing and ignore_index applied)"
     node_name = "NllLossBackward0"
 
     def _fwd(self, impl, xp, x):
@@ -104,6 +105,7 @@ class TokenLogProb(_ChosenLogProb):
 
     VJP: gx_i = g_i * (onehot(t_i) - softmax(x_i)).
     """
+    formula = "gx_i = g_i * (onehot(t_i) - softmax(x_i))"
     sign = -1.0
 
     def _fwd(self, impl, xp, x):
@@ -155,6 +157,7 @@ def _reduce(x, reduction):
 class BinaryCrossEntropy(_PointwiseLoss):
     """loss = -(t max(log x, -100) + (1 - t) max(log1p(-x), -100)): torch's clamped logs, so x = 0 or 1 is finite.
     Derivatives (torch's): dx = (x - t) / max(x (1 - x), 1e-12), dt = max(log1p(-x), -100) - max(log x, -100)."""
+    formula = "gx = gy * (x - t) / (x (1 - x)), gt = gy * log((1 - x) / x)"
 
     def _parts(self, xp, x, t):
         lx, l1x = xp.maximum(xp.log(x), -100.0), xp.maximum(xp.log1p(-x), -100.0)
@@ -167,6 +170,7 @@ class BinaryCrossEntropyWithLogits(_PointwiseLoss):
     BCE of sigmoid(x) from the logits. Derivatives (torch's): dx = (1 + (p - 1) t) sigmoid(x) - p t,
     dt = (p - 1) softplus(-x) - x. softplus(-x) = m + log(e^-m + e^(-x-m)), m = max(-x, 0): both exponents <= 0,
     and no |x|, whose subgradient 0 at x = 0 would give a wrong derivative there."""
+    formula = "gx = gy * (sigmoid(x) - t), gt = -gy * x"
     pos_weight = None
 
     def _parts(self, xp, x, t):
@@ -181,6 +185,7 @@ class BinaryCrossEntropyWithLogits(_PointwiseLoss):
 @register("mse_loss")
 class MseLoss(_PointwiseLoss):
     """loss = (x - t)^2; dx = 2 (x - t) = -dt."""
+    formula = "gx = gy * 2 (x - t), gt = -gx"
 
     def _parts(self, xp, x, t):
         d = x - t
@@ -190,6 +195,7 @@ class MseLoss(_PointwiseLoss):
 @register("smooth_l1_loss")
 class SmoothL1Loss(_PointwiseLoss):
     """loss = d^2 / (2 beta) where |d| < beta, else |d| - beta / 2 (d = x - t, beta > 0); dx = d / beta or sign(d)."""
+    formula = "gx = gy * clamp((x - t) / beta, -1, 1), gt = -gx"
 
     def _parts(self, xp, x, t):
         d = x - t
@@ -201,6 +207,7 @@ class SmoothL1Loss(_PointwiseLoss):
 @register("huber_loss")
 class HuberLoss(_PointwiseLoss):
     """loss = d^2 / 2 where |d| < delta, else delta (|d| - delta / 2) (d = x - t); dx = d or delta sign(d)."""
+    formula = "gx = gy * clamp(x - t, -delta, delta), gt = -gx"
 
     def _parts(self, xp, x, t):
         d = x - t
@@ -215,6 +222,7 @@ class NllLoss(Op):
     and ``rw`` given, ids in range); reduced by mean (over Σ rw, as torch), sum or none. Linear in x.
 
     VJP: gx[i, t_i] = -g_i rw_i, 0 elsewhere (g_i = gy / Σ rw for the mean)."""
+    formula = "gx[i, t_i] = -g_i * w[t_i], 0 elsewhere"
     linear = True
     node_name = "NllLossBackward0"
 

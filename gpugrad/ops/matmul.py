@@ -28,6 +28,7 @@ class Matmul(Op):
     VJP: ga = gy @ bᵀ, gb = aᵀ @ gy on the promoted shapes; the engine sums broadcast batch dims.
     Named as torch names the cases: DotBackward0, MvBackward0, MmBackward0, BmmBackward0.
     """
+    formula = "ga = gy @ bᵀ, gb = aᵀ @ gy"
     promotes = "same"  # as torch: no promotion, mixed dtypes are an error
     double_backward = batched_jvp = True
 
@@ -160,6 +161,7 @@ class Linear(KernelOp):
     VJP: gx = gy @ w, gw = gyᵀ @ x (leading dims folded), gb = Σ gy over the leading axes (the bias-gradient
     kernel on CUDA, a BLAS-friendly sum on the CPU).
     """
+    formula = "gx = gy @ w, gw = gyᵀ @ x, gb = Σ gy over the leading axes"
     double_backward = False
     batched_jvp = True
 

@@ -12,6 +12,7 @@ from gpugrad.core.views import mark_view, shares_memory, writable_broadcast
 @register("reshape")
 class Reshape(Op):
     """y = x viewed with a new shape.  VJP: gx = gy reshaped back.  ViewBackward0 as in torch."""
+    formula = "gx = gy reshaped back"
     linear = True
     double_backward = True
     node_name = "ViewBackward0"
@@ -43,6 +44,7 @@ class Reshape(Op):
 @register("permute")
 class Permute(Op):
     """y = x with axes permuted.  VJP: gx = gy permuted by the inverse permutation."""
+    formula = "gx = gy permuted back"
     linear = True
     double_backward = True
 
@@ -73,6 +75,7 @@ class Permute(Op):
 @register("expand", function=False)
 class Expand(Op):
     """y = x broadcast to ``shape`` (a view).  VJP: gy itself: the engine sums it back to x's shape."""
+    formula = "gx = gy summed over the expanded axes"
     linear = True
     double_backward = True
 
@@ -112,6 +115,7 @@ class Expand(Op):
 @register("squeeze")
 class Squeeze(Op):
     """Drop size-1 axes (all, or the given ones).  VJP: reshape back.  SqueezeBackward0/1 as in torch."""
+    formula = "gx = gy reshaped back"
     linear = True
     double_backward = True
 
@@ -139,6 +143,7 @@ class Squeeze(Op):
 @register("unsqueeze")
 class Unsqueeze(Op):
     """Insert a size-1 axis.  VJP: reshape back."""
+    formula = "gx = gy reshaped back"
     linear = True
     double_backward = True
 
@@ -167,6 +172,7 @@ class Index(Op):
 
     VJP: scatter-add gy into zeros of x's shape, so repeated integer indices add up (``xp.add.at``).
     """
+    formula = "gx = gy scattered (added) back to the indexed positions"
     linear = True
     lone_slice = False  # x[a:b] (not x[a:b, ...]): named as torch names it
 
@@ -227,6 +233,7 @@ def _dim0(dim, axis, op):
 @register("cat", method=False, function=True)
 class Cat(Op):
     """y = concatenate(xs, axis).  VJP: gy split back into the inputs' extents."""
+    formula = "gx_i = gy's slice of input i along the axis"
     linear = promotes = True
     double_backward = True
 
@@ -258,6 +265,7 @@ class Cat(Op):
 @register("stack", method=False, function=True)
 class Stack(Op):
     """y = stack(xs, axis).  VJP: gx_i = gy taken at i along axis."""
+    formula = "gx_i = gy at i along the axis"
     linear = promotes = True
     double_backward = True
 
@@ -285,6 +293,7 @@ class Gather(Op):
     index has x's number of axes and is no larger than x along the others, where x is cut to index's extent
     (so y has index's shape).  VJP: scatter-add gy into zeros of x's shape at the same positions.
     """
+    formula = "gx = gy scattered (added) back to the gathered positions"
     linear = True
 
     def forward(self, xp, x):

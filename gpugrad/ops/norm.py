@@ -19,6 +19,7 @@ class LayerNorm(KernelOp):
     VJP, with xhat = (x - mean) * rstd and g = gy * w:  gx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
     gw = Σ gy * xhat, gb = Σ gy over the leading axes.  The kernels see x as 2-D (rows, n).
     """
+    formula = "gx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = gy * w, gw = Σ gy * xhat, gb = Σ gy"
 
     node_name = "NativeLayerNormBackward0"  # torch's name for the same node
 
@@ -97,6 +98,7 @@ class Embedding(Op):
     VJP: gweight = zeros, then gweight[ids[k]] += gy[k] for every k: a scatter-add, so repeated ids add up.
     Rows at ``padding_idx`` get no gradient.
     """
+    formula = "gweight[ids[k]] += gy[k]"
     linear = True
 
     padding_idx = None

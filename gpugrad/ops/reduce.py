@@ -41,6 +41,7 @@ class _Reduce(Op):
 @register("sum")
 class Sum(_Reduce):
     """y = Σ x over axes.  VJP: gx = broadcast(gy).  Named SumBackward0 (all axes) / SumBackward1 (axis)."""
+    formula = "gx = gy, broadcast"
     linear = True
     double_backward = True
 
@@ -61,6 +62,7 @@ class Sum(_Reduce):
 @register("mean")
 class Mean(_Reduce):
     """y = mean of x over axes.  VJP: gx = broadcast(gy) / n."""
+    formula = "gx = gy / n, broadcast"
     linear = True
     double_backward = True
 
@@ -133,12 +135,14 @@ class _Extreme(_Reduce):
 @register("max")
 class Max(_Extreme):
     """y = max of x over axes (torch's amax; ``max(dim)`` is a composition in functional.py)."""
+    formula = "gx = gy split evenly among the elements equal to the max"
     np_name = "amax"
 
 
 @register("min")
 class Min(_Extreme):
     """y = min of x over axes (torch's amin)."""
+    formula = "gx = gy split evenly among the elements equal to the min"
     np_name = "amin"
 
 
@@ -156,6 +160,7 @@ def amin(input, dim=(), keepdim=False, **kw):
 class Median(_Extreme):
     """torch.median() over all elements: the lower of the two middle values, NaN if any is NaN.  VJP and JVP as
     max()'s: gy split evenly among the elements equal to it (torch's evenly_distribute_backward)."""
+    formula = "gx = gy split evenly among the elements equal to the median"
     full_suffix = "0"
 
     def _extreme(self, xp, x, axes):
@@ -175,6 +180,7 @@ class Var(_Reduce):
 
     With n <= correction the result is inf (NaN where all x are equal) and the gradient is inf/NaN, as in torch.
     """
+    formula = "gx = gy * 2 (x - mean) / (n - correction)"
     double_backward = True
     full_suffix = axis_suffix = "0"
 
@@ -223,6 +229,7 @@ class Var(_Reduce):
 class Std(Var):
     """y = sqrt(var(x)).  VJP: the variance's VJP of gy / (2 y), with 0 where y == 0, as torch's std_backward:
     a row of equal values (y = 0) gets a 0 gradient, not gy * inf * 0 = NaN (inf / NaN y stay as var's VJP)."""
+    formula = "gx = gy * (x - mean) / ((n - correction) * y)"
 
     def forward(self, xp, x):
         y = xp.sqrt(super().forward(xp, x))

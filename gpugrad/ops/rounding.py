@@ -11,6 +11,7 @@ from gpugrad.core.tensor import as_operand
 class RoundingDiv(Op):
     """y = floor(a / b) (mode "floor", Python's //) or trunc(a / b) (mode "trunc").  Piecewise constant: VJP 0 for
     both inputs (torch's div(rounding_mode=...) gives 0; NOTE: its ``//`` raises at backward instead)."""
+    formula = "ga = 0, gb = 0"
     elementwise = double_backward = promotes = True
     node_name = "DivBackward2"
 
@@ -34,6 +35,7 @@ def floor_divide(input, other):
 @register("remainder", inplace=True)
 class Remainder(Op):
     """y = a - floor(a / b) * b: the sign of b, as Python's %.  VJP: ga = gy, gb = -gy * floor(a / b)."""
+    formula = "ga = gy, gb = -gy * floor(a / b)"
     elementwise = double_backward = promotes = True
     number_edges = False  # as torch's remainder.Scalar: a Python number is no input of the node
 
@@ -56,6 +58,7 @@ class Remainder(Op):
 @register("fmod", inplace=True)
 class Fmod(Remainder):
     """y = a - trunc(a / b) * b: the sign of a, as C's fmod.  VJP: ga = gy, gb = -gy * trunc(a / b)."""
+    formula = "ga = gy, gb = -gy * trunc(a / b)"
 
     @staticmethod
     def fmod(input, other):

@@ -22,6 +22,7 @@ class _Scan(Op):
 @register("cumsum", inplace=True)
 class Cumsum(_Scan):
     """y_i = Σ_{j <= i} x_j along ``axis``.  VJP: gx_i = Σ_{j >= i} gy_j (the reversed cumulative sum)."""
+    formula = "gx_i = Σ_{j >= i} gy_j"
     linear = True
 
     def backward(self, xp, gy):
@@ -45,6 +46,7 @@ class Cumprod(_Scan):
     Under create_graph both use the Jacobian J[k, j] = Π_{i <= j, i != k} x_i (j >= k) instead: n² per line, but
     differentiable at the zeros too, where the formulas above drop how y depends on x_z.
     """
+    formula = "gx_i = Σ_{j >= i} gy_j y_j / x_i (zeros as torch's cumprod_backward)"
 
     def forward(self, xp, x):
         self.save_for_backward(x)

@@ -14,6 +14,7 @@ class Scatter(Op):
     ``y[index[i][j]][j] = src[i][j]`` for axis 0 (src may be a number; only its first index.shape elements are read).
     Linear in (x, src).  VJP: gx = gy, zeroed where written; gsrc = gather(gy, axis, index).
     """
+    formula = "gx = gy (zeroed where written), gsrc = gy gathered at the index"
     linear = True
     promotes = "same"  # as torch: src must have the input's dtype
 

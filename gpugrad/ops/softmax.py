@@ -54,6 +54,7 @@ class _RowOp(KernelOp):
 @register("softmax")
 class Softmax(_RowOp):
     """y = e^(x - max) / Σ e^(x - max).  VJP: gx = y * (gy - Σ gy*y)."""
+    formula = "gx = y * (gy - Σ gy * y)"
     fwd, bwd = "softmax_fwd", "softmax_bwd"
 
     def backward_graph(self, xp, gy):
@@ -75,6 +76,7 @@ class Softmax(_RowOp):
 @register("log_softmax")
 class LogSoftmax(_RowOp):
     """y = x - logsumexp(x).  VJP: gx = gy - e^y * Σ gy."""
+    formula = "gx = gy - softmax(x) * Σ gy"
     fwd, bwd = "log_softmax_fwd", "log_softmax_bwd"
 
     def backward_graph(self, xp, gy):
@@ -96,6 +98,7 @@ class LogSoftmax(_RowOp):
 @register("logsumexp")
 class LogSumExp(KernelOp):
     """y = log Σ e^x over one axis (max-shifted for stability).  VJP: gx = gy * e^(x - y)."""
+    formula = "gx = gy * e^(x - y)"
     batched_jvp = True
 
     def _fwd(self, impl, xp, x):

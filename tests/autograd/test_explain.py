@@ -232,3 +232,11 @@ def test_custom_functions_and_named_intermediates():
     assert float(r.of(x).grad) == 4 * 2 ** 3 and r.of(y).label == "y"
     with pytest.raises(KeyError):
         r.of(gpugrad.tensor(1.0))
+
+
+def test_every_op_says_its_vjp_in_a_formula():
+    """explain shows an op's ``formula`` (never its docstring): every registered op has one, a term per input."""
+    from gpugrad.ops import REGISTRY
+
+    missing = sorted(n for n, cls in REGISTRY.items() if not getattr(cls, "formula", None))
+    assert not missing, f"registered ops without a formula: {missing}"
