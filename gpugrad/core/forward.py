@@ -48,7 +48,8 @@ def propagate(fn, args, datas, result, params):
             out = _linear_jvp(type(fn), args, tangents, params, differentiable)
         elif differentiable:  # recorded Tensor ops: reverse mode can differentiate the tangent (Hessian products)
 
-            out = fn.jvp(tensor_xp, tuple(args), result, tangents)
+            with tensor_xp.on_device(result._backend):
+                out = fn.jvp(tensor_xp, tuple(args), result, tangents)
         else:  # arrays and fast paths (the *_bwd kernels on CUDA)
             be = result._backend
             jvp = getattr(fn, "jvp_" + be.name, None) or fn.jvp

@@ -372,7 +372,8 @@ class Op(Node):
         if self.saved is not None:
             self.saved = tensor_xp.saved_as_tensors(self)
         try:
-            return backward(tensor_xp, gy)
+            with tensor_xp.on_device(self._be):
+                return backward(tensor_xp, gy)
         finally:
             self.saved = arrays
 

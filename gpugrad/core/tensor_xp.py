@@ -1,6 +1,14 @@
 """An ``xp``-like namespace over Tensors, so an op's VJP written against ``xp`` can run on Tensors and record
-a graph of its own (``create_graph=True``): higher-order gradients with no second copy of each rule."""
+a graph of its own (``create_graph=True``): higher-order gradients with no second copy of each rule.
+
+The kernels' NumPy references (``backend/reference``) run on it too: the fused ops' double backward *is* their
+reference VJP on Tensors. Arrays they build from non-differentiable data (targets, masks, index ranges) stay arrays of
+the node's device (``on_device`` tells which), and mix with Tensors as constants.
+"""
 from __future__ import annotations
+
+import contextlib
+import threading
 
 import numpy as np
 
@@ -18,8 +26,47 @@ def _cond(c):
     return c._data if isinstance(c, TensorBase) else c
 
 
+on_tensors = True  # what a function written against xp asks to tell Tensors from arrays
+inf, nan = np.inf, np.nan
+_DEVICE = threading.local()  # the backend of the node whose VJP runs on Tensors (per thread)
+
+
+@contextlib.contextmanager
+def on_device(backend):
+    """Array-building functions (arange, zeros, ones) make arrays of ``backend`` inside the block."""
+    prev = getattr(_DEVICE, "backend", None)
+    _DEVICE.backend = backend
+    try:
+        yield
+    finally:
+        _DEVICE.backend = prev
+
+
+def _xp():
+    be = getattr(_DEVICE, "backend", None)
+    return np if be is None else be.xp
+
+
+def arange(*args, **kwargs):
+    return _xp().arange(*args, **kwargs)
+
+
+def zeros(shape, dtype=float):
+    return _xp().zeros(shape, dtype)
+
+
+def ones(shape, dtype=float):
+    return _xp().ones(shape, dtype)
+
+
+def asarray(value, dtype=None):
+    return _xp().asarray(value, dtype=dtype)
+
+
 def where(cond, a, b):
     if not isinstance(a, TensorBase) and not isinstance(b, TensorBase):
+        if not isinstance(cond, TensorBase):  # nothing differentiable: an array (the references' index algebra)
+            return _xp().where(cond, a, b)
         xp = np if isinstance(_cond(cond), (bool, np.ndarray)) else backend_of(_cond(cond)).xp
         return _const(xp.where(_cond(cond), a, b))
     return REGISTRY["where"].apply(a, b, cond=_cond(cond))
@@ -60,6 +107,14 @@ def expand_dims(x, axis):
 
 def squeeze(x, axis=None):
     return x.squeeze(axis)
+
+
+def moveaxis(x, source, destination):
+    return x.movedim(source, destination)
+
+
+def ascontiguousarray(x):
+    return x.contiguous()
 
 
 def swapaxes(x, a, b):

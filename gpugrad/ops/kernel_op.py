@@ -24,6 +24,23 @@ class KernelOp(Op):
     def backward_cuda(self, xp, gy):
         return self._bwd(K, xp, gy)
 
+    def backward_graph(self, xp, gy):
+        """The VJP on Tensors (create_graph): the reference the CPU runs, with xp = core.tensor_xp and the saved
+        values as Tensors that carry their history (``_saved_on_tensors``), so the double backward is derived from
+        the one VJP formula instead of being written again."""
+        arrays = self.saved
+        self.saved = self._saved_on_tensors(xp)
+        try:
+            return self._bwd(R, xp, gy)
+        finally:
+            self.saved = arrays
+
+    def _saved_on_tensors(self, xp):
+        """The saved values as the VJP must see them on Tensors; by default as core.tensor_xp gives them (inputs and
+        the output connected to the graph, other arrays constants). An op that saved an intermediate of its inputs
+        (a row statistic) recomputes it here with recorded ops."""
+        return self.saved
+
     def jvp(self, xp, ins, out, ts):  # on the CPU, or on Tensors (xp = core.tensor_xp): the references
         return self._jvp(R, xp, ins, out, ts)
 

@@ -10,6 +10,11 @@ from gpugrad.core.registry import register
 from gpugrad.ops.kernel_op import KernelOp
 
 
+def _as_dtype_of(g, x):
+    """g in x's dtype (no copy when it already is): an array, or a Tensor under create_graph."""
+    return g if g.dtype == x.dtype else g.astype(x.dtype)
+
+
 class _ChosenLogProb(KernelOp):
     """Shared shape checks and derivatives of ops over (N, C) logits and N integer class ids ``target``.
 
@@ -39,20 +44,16 @@ class _ChosenLogProb(KernelOp):
         return dict(w=self.weight, ignore_index=self.ignore_index, smoothing=self.smoothing)
 
     def _grad_rows(self, xp, x):
-        """G[i, c] = d loss_i / d x[i, c] = sign * (softmax(x_i)_c a_i - onehot(t_i)_c b_i - e_i w_c), the kernels'
-        formula (reference._xent_grad), from the saved lse on arrays; with recorded ops on Tensors (differentiable
-        in x)."""
-        bxp, xa = self._be.xp, (x._data if xp is tensor_xp else x)
-        cols, eps = xa.shape[1], self.smoothing
-        w = bxp.ones(cols, xa.dtype) if self.weight is None else self.weight.astype(xa.dtype)
-        wt, ignored, _ = R._xent_rows(bxp, xa, self.target, w, self.ignore_index)
-        b = wt * (1.0 - eps)
-        e = bxp.where(ignored, 0.0, eps / max(cols, 1)).astype(xa.dtype)
-        a = (b + e * w.sum())[:, None]
-        rest = -bxp.where(bxp.arange(cols)[None, :] == self.target[:, None], b[:, None], 0.0) - e[:, None] * w
-        if xp is tensor_xp:
-            return (x.softmax(-1) * tensor_xp._const(a, x) + tensor_xp._const(rest.astype(xa.dtype), x)) * self.sign
-        return (xp.exp(x - self.saved[1].astype(x.dtype)[:, None]) * a + rest) * self.sign
+        """G[i, c] = d loss_i / d x[i, c]: the reference VJP (reference._xent_grad) for a unit upstream gradient,
+        from the saved lse on arrays, from an lse recomputed with recorded ops on Tensors (differentiable in x)."""
+        lse = x.logsumexp(-1) if xp is tensor_xp else self.saved[1].astype(x.dtype)
+        aux = getattr(self.saved[2], "_data", self.saved[2]) if len(self.saved) > 2 else None
+        unit = self._be.xp.full(x.shape[0], self.sign, dtype=getattr(x.dtype, "dtype", x.dtype))
+        return R._xent_grad(xp, x, self.target, lse, unit, **self._options(), aux=aux)
+
+    def _saved_on_tensors(self, xp):
+        """x as the input it is, its rows' lse recomputed with recorded ops (the saved lse is an intermediate)."""
+        return (self.saved[0], self.saved[0].logsumexp(-1)) + tuple(self.saved[2:])
 
     def _den(self, xp, like):
         """1 / (the mean's divisor, the summed row weights the forward saved), as an array or a constant Tensor."""
@@ -65,13 +66,6 @@ class _ChosenLogProb(KernelOp):
         if self.reduction == "none":
             return d
         return d.sum() * (self._den(xp, d) if self.reduction == "mean" else 1.0)
-
-    def backward_graph(self, xp, gy):  # the VJP on Tensors: g_i * G_i
-        x = self.saved[0]
-        g = gy.reshape((-1, 1)) if self.reduction == "none" else gy * self._den(xp, gy) \
-            if self.reduction == "mean" else gy
-        return g * self._grad_rows(xp, x)
-
 
 @register("cross_entropy")
 class CrossEntropy(_ChosenLogProb):
@@ -95,8 +89,8 @@ class CrossEntropy(_ChosenLogProb):
     def _bwd(self, impl, xp, gy):
         x, lse, aux = self.saved
         # NOTE: the seed is already x's dtype (no launch); a gradient of another dtype is cast, as torch does
-        return impl.softmax_xent_bwd(xp, x, self.target, lse, gy.astype(x.dtype, copy=False), self.reduction,
-                                     aux=aux, **self._options())
+        return impl.softmax_xent_bwd(xp, x, self.target, lse, _as_dtype_of(gy, x), self.reduction, aux=aux,
+                                     **self._options())
 
 
 @register("token_logprob")
@@ -115,7 +109,7 @@ class TokenLogProb(_ChosenLogProb):
 
     def _bwd(self, impl, xp, gy):
         x, lse = self.saved
-        return impl.token_logprob_bwd(xp, x, self.target, lse, gy.astype(x.dtype, copy=False))
+        return impl.token_logprob_bwd(xp, x, self.target, lse, _as_dtype_of(gy, x))
 
 
 class _PointwiseLoss(Op):

@@ -31,11 +31,17 @@ class LayerNorm(KernelOp):
         w1 = None if w is None else w.reshape(n)
         y, mean, rstd = impl.layer_norm_fwd(xp, x2, w1, None if b is None else b.reshape(n), self.eps)
         self.shapes = (x.shape, w.shape if w is not None else None if b is None else b.shape)
-        self.save_for_backward(x2, w1, mean, rstd)
+        # x itself, not its rows x2 (a copy when x is not contiguous): create_graph finds it among the inputs
+        self.save_for_backward(x, w1, mean, rstd)
         return y.reshape(x.shape)
 
+    def _as_rows(self, x):
+        n = self.n
+        return x.reshape((-1, n) if n else (math.prod(x.shape[:-1]), 0))
+
     def _bwd(self, impl, xp, gy):
-        x2, w1, mean, rstd = self.saved
+        x, w1, mean, rstd = self.saved
+        x2 = self._as_rows(x)
         xshape, wshape = self.shapes
         gx, gw, gb = impl.layer_norm_bwd(xp, x2, w1, mean, rstd, gy.reshape(x2.shape))
         ng = self.needs_input_grad
@@ -46,8 +52,7 @@ class LayerNorm(KernelOp):
     def _rows(self, xp, x):
         """(x as rows, xhat, rstd (rows, 1)): from the saved statistics on arrays, recomputed with recorded ops on
         Tensors (so a double backward or a Hessian product differentiates through them)."""
-        n = self.n
-        x2 = x.reshape((-1, n) if n else (math.prod(x.shape[:-1]), 0))
+        x2 = self._as_rows(x)
         if xp is tensor_xp:
             mean = x2.mean(axis=-1, keepdims=True)
             centered = x2 - mean
@@ -75,20 +80,13 @@ class LayerNorm(KernelOp):
             dy = dy + tb.reshape(self.n)
         return dy.reshape(x.shape) if hasattr(dy, "reshape") else out * 0
 
-    def backward_graph(self, xp, gy):
-        """The VJP on Tensors, differentiable in x, w and gy (gb = Σ gy needs no b)."""
-        x = xp.input_of(self, 0)
-        w = xp.input_of(self, 1) if self.saved[1] is not None else None
-        x2, xhat, rstd = self._rows(xp, x)
-        n = max(self.n, 1)
-        g2 = gy.reshape(x2.shape)
-        g = g2 * w.reshape(self.n) if w is not None else g2
-        gx = rstd * (g - g.sum(axis=-1, keepdims=True) / n - xhat * (g * xhat).sum(axis=-1, keepdims=True) / n)
-        ng = self.needs_input_grad
-        xshape, wshape = self.shapes
-        gw = (g2 * xhat).sum(axis=0).reshape(wshape) if len(ng) > 1 and ng[1] else None
-        gb = g2.sum(axis=0).reshape(wshape) if len(ng) > 2 and ng[2] else None
-        return gx.reshape(xshape) if ng[0] else None, gw, gb
+    def _saved_on_tensors(self, xp):
+        """x and w as the inputs they are, and the row statistics recomputed from x with recorded ops, so that the
+        reference VJP on Tensors differentiates through them (gb = Σ gy needs no b)."""
+        x, w1 = self.saved[0], self.saved[1]
+        x2, _, rstd = self._rows(xp, x)
+        w = xp.input_of(self, 1).reshape(self.n) if w1 is not None else None
+        return x, w, x2.mean(axis=-1), rstd.reshape(-1)
 
 
 @register("embedding")

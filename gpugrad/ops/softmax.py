@@ -32,10 +32,6 @@ class _RowOp(KernelOp):
     fwd = bwd = None
     batched_jvp = True  # their JVPs reduce over the axis counted from the end
 
-    def _output(self, xp):
-        """Under create_graph: the output as a Tensor of this node (saved[0] is the output)."""
-        return xp.output_of(self, self.saved[0]._data)
-
     def _fwd(self, impl, xp, x):
         x2, self.undo = _rows(xp, x, self.axis, self.op_name)
         self.ndim = x.ndim
@@ -57,12 +53,6 @@ class Softmax(_RowOp):
     formula = "gx = y * (gy - Σ gy * y)"
     fwd, bwd = "softmax_fwd", "softmax_bwd"
 
-    def backward_graph(self, xp, gy):
-        y = self._output(xp)
-        if self.ndim == 0:
-            return gy * 0.0  # softmax of one element is 1: constant
-        return y * (gy - (gy * y).sum(axis=self.undo[0], keepdims=True))
-
     def _jvp(self, impl, xp, ins, out, ts):  # the Jacobian is symmetric: the VJP's formula on the tangent
         if self.ndim == 0:
             return ts[0] * 0.0
@@ -78,12 +68,6 @@ class LogSoftmax(_RowOp):
     """y = x - logsumexp(x).  VJP: gx = gy - e^y * Σ gy."""
     formula = "gx = gy - softmax(x) * Σ gy"
     fwd, bwd = "log_softmax_fwd", "log_softmax_bwd"
-
-    def backward_graph(self, xp, gy):
-        y = self._output(xp)
-        if self.ndim == 0:
-            return gy * 0.0
-        return gy - y.exp() * gy.sum(axis=self.undo[0], keepdims=True)
 
     def _jvp(self, impl, xp, ins, out, ts):  # t - Σ softmax(x) t (the row's d logsumexp)
         if self.ndim == 0:
@@ -120,16 +104,11 @@ class LogSumExp(KernelOp):
         gx2 = impl.logsumexp_bwd(xp, x2, lse, gy.reshape(-1))
         return _unrows(xp, gx2, self.undo, self.ndim)
 
-    def backward_graph(self, xp, gy):
-        x = xp.input_of(self, 0)
-        if self.ndim == 0:
-            return gy * 1.0  # logsumexp of one element is the element
-        axis = self.undo[0]
-        lse = self.saved[1]._data.reshape(self.undo[1][:-1])
-        y = xp.output_of(self, self._be.xp.expand_dims(lse, axis) if self.keepdims else lse)
-        if not self.keepdims:
-            y, gy = y.unsqueeze(axis), gy.unsqueeze(axis)
-        return gy * (x - y).exp()
+    def _saved_on_tensors(self, xp):
+        """x as the input it is, and its rows' lse recomputed with recorded ops (the saved lse is an intermediate)."""
+        x = self.saved[0]
+        x2, _ = _rows(xp, x, self.axis, self.op_name)
+        return x, x2.logsumexp(-1)
 
     def _jvp(self, impl, xp, ins, out, ts):  # Σ softmax(x) t over the axis
         x, t = ins[0], ts[0]

@@ -22,7 +22,7 @@ from gpugrad.backend.reference.elementwise import (_saves_x, accumulate_, bias_a
                                                    silu_bwd, silu_fwd, sin_bwd, sin_fwd, softplus_bwd, softplus_fwd,
                                                    tanh_bwd, tanh_fwd)
 from gpugrad.backend.reference.float16 import float16_params_error, opmath, opmath_all, opmath_array
-from gpugrad.backend.reference.loss import (REDUCTIONS, _xent_rows, softmax_xent_bwd, softmax_xent_fwd,
+from gpugrad.backend.reference.loss import (REDUCTIONS, _xent_grad, _xent_rows, softmax_xent_bwd, softmax_xent_fwd,
                                             token_logprob_bwd, token_logprob_fwd, xent_aux)
 from gpugrad.backend.reference.norm import layer_norm_bwd, layer_norm_fwd
 from gpugrad.backend.reference.optim import (adagrad_multi_update_, adam_multi_update_, adam_update_,
@@ -30,5 +30,5 @@ from gpugrad.backend.reference.optim import (adagrad_multi_update_, adam_multi_u
 from gpugrad.backend.reference.reduce import (log_softmax_bwd, log_softmax_fwd, logsumexp_bwd, logsumexp_fwd,
                                               softmax_bwd, softmax_fwd, sum_rows)
 
-# NOTE: _quiet, _saves_x and _xent_rows are re-exported for the ops that share them (ops/activation.py, ops/loss.py
-# call R._saves_x, R._xent_rows, R._quiet).
+# NOTE: _quiet, _saves_x, _xent_rows and _xent_grad are re-exported for the ops that share them (ops/activation.py, ops/loss.py
+# call R._saves_x, R._xent_rows, R._xent_grad, R._quiet).
