@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpugrad.backend import get_backend
-from gpugrad.bench.workloads.engine import tiny_chain
+from gpugrad.bench.workloads.engine import CHAIN, long_chain, tiny_chain
 
 N_TINY = 1000
 
@@ -43,6 +43,25 @@ def test_tiny_op_overhead(benchmark, impl):
         benchmark(tiny_chain("torch", get_backend("cpu"), N_TINY))
     else:
         benchmark({"numpy": numpy_chain, "gpugrad": gpugrad_chain}[impl](N_TINY))
+
+
+@pytest.mark.parametrize("impl", ["gpugrad", "torch"])
+def test_tiny_op_forward(benchmark, impl):
+    """1,000 tiny multiplies, forward alone (the graph is recorded, no backward); divide by 1,000 for µs per op."""
+    benchmark.group = "engine-tiny-ops-forward-x1000"
+    if impl == "torch":
+        pytest.importorskip("torch").set_num_threads(1)
+    benchmark(tiny_chain(impl, get_backend("cpu"), N_TINY, backward=False))
+
+
+@pytest.mark.parametrize("impl", ["gpugrad", "torch"])
+def test_chain_of_100k_ops_against_torch(benchmark, impl):
+    """x = x * 1.0001 + 0.0, 100,000 times (200,000 ops), forward then backward, the GC on: what a big graph costs
+    beyond its ops (gpugrad bench's engine section reports the forward and backward split and the ratio)."""
+    benchmark.group = "engine-chain-100k"
+    if impl == "torch":
+        pytest.importorskip("torch").set_num_threads(1)
+    benchmark.pedantic(lambda: long_chain(impl, get_backend("cpu"), CHAIN), rounds=3, iterations=1)
 
 
 @pytest.mark.parametrize("length", [10_000, 100_000])

@@ -174,13 +174,19 @@ def _format_mlp(result):
 
 def _format_engine(result):
     en = result["engine"]
-    us = en["us_per_op"]
-    line = f"\nengine overhead (tiny multiply, forward + backward, chain of {en['n_ops']}): " + ", ".join(
-        f"{impl} {v:.1f} µs/op" for impl, v in us.items())
-    if en["gpugrad_vs_torch"] is not None:
-        line += f"; gpugrad/torch {en['gpugrad_vs_torch']:.2f}x"
-    line += "".join(f"; {impl}: {why}" for impl, why in en["unavailable"].items())
-    return [line]
+    vs = lambda key: f"; gpugrad/torch {en[key]:.2f}x" if en.get(key) is not None else ""  # noqa: E731
+    lines = [f"\nengine overhead (a chain of {en['n_ops']} tiny multiplies):",
+             "  forward + backward: " + ", ".join(f"{i} {v:.2f} µs/op" for i, v in en["us_per_op"].items())
+             + vs("gpugrad_vs_torch"),
+             "  forward alone: " + ", ".join(f"{i} {v:.2f} µs/op" for i, v in en["forward_us_per_op"].items())
+             + vs("forward_gpugrad_vs_torch")]
+    chain = en.get("chain")
+    if chain:
+        lines.append(f"  a chain of {chain['ops']:,} ops (x = x * 1.0001 + 0.0): " + ", ".join(
+            f"{i} forward {c['forward_s']:.2f} s, backward {c['backward_s']:.2f} s" for i, c in chain.items()
+            if isinstance(c, dict)) + vs("chain_gpugrad_vs_torch"))
+    lines += [f"  {impl}: {why}" for impl, why in en["unavailable"].items()]
+    return lines
 
 
 def write_json(results, path):
