@@ -8,6 +8,7 @@ Broadcasting is undone here, in :func:`unbroadcast`, and nowhere else: on arrays
 from __future__ import annotations
 
 import contextlib
+import threading
 
 from gpugrad.backend import graphs as _graphs
 from gpugrad.core import anomaly as _anomaly, trace as _trace
@@ -64,24 +65,34 @@ def unbroadcast(gx, meta):
     return gx
 
 
-_callbacks = []  # one list per backward pass in progress (innermost last): run when that pass finishes
+class _Passes(threading.local):
+    callbacks = None  # this thread's backward passes in progress (innermost last): each a list of callbacks
+
+
+_PASSES = _Passes()
+# Backward may run in several threads at once (torch's is thread-safe): what they can share is a leaf's .grad, a
+# retained .grad and their hooks. The read-add-write of a gradient buffer (NumPy releases the GIL inside the add)
+# is done under this lock, as torch's AccumulateGrad holds a mutex; everything else a pass touches is its own.
+_ACCUMULATE = threading.Lock()
 
 
 def queue_callback(fn):
-    """Call ``fn()`` once the backward pass now running has finished (torch's
+    """Call ``fn()`` once the backward pass now running (in this thread) has finished (torch's
     ``Variable._execution_engine.queue_callback``): DistributedDataParallel waits for its all-reduces there."""
-    if not _callbacks:
+    if not _PASSES.callbacks:
         raise RuntimeError("queue_callback: no backward pass is running")
-    _callbacks[-1].append(fn)
+    _PASSES.callbacks[-1].append(fn)
 
 
 def run(roots, retain_graph=False, create_graph=False, capture=None, only=None):
     """:func:`_run`, then the callbacks queued during it (not when it raised)."""
-    _callbacks.append([])
+    if _PASSES.callbacks is None:
+        _PASSES.callbacks = []
+    _PASSES.callbacks.append([])
     try:
         out = _run(roots, retain_graph, create_graph, capture, only)
     finally:
-        queued = _callbacks.pop()
+        queued = _PASSES.callbacks.pop()
     for fn in queued:
         fn()
     return out
@@ -96,7 +107,7 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
     """
     order = toposort([n for n, _ in roots])
     check = _anomaly.checker(len(order))  # None unless detect_anomaly() is on
-    observe = _trace.OBSERVER  # None unless explain() is watching
+    observe = _trace.WATCH.observer  # None unless explain() is watching (in this thread)
     needed = None
     targets = capture if capture is not None else only
     if targets is not None:
@@ -269,10 +280,16 @@ def _retain_grad(node, g, create_graph):
     if t is None:
         return
     gt = g if create_graph else make(g.copy(), t._backend)
-    t._grad = gt if t._grad is None else t._grad + gt
+    with _ACCUMULATE:
+        t._grad = gt if t._grad is None else t._grad + gt
 
 
 def _accumulate_leaf(leaf, g, owned, create_graph):
+    with _ACCUMULATE:
+        _accumulate_leaf_locked(leaf, g, owned, create_graph)
+
+
+def _accumulate_leaf_locked(leaf, g, owned, create_graph):
     if create_graph:
         if leaf._grad is None:  # a copy, as torch's: g may be another edge's gradient or a read-only broadcast view
             g = g.clone() if g._requires_grad else make(g._data.copy(), leaf._backend)

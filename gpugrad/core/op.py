@@ -110,7 +110,7 @@ class Op(Node):
         # rare is going on (a view to re-derive, a dtype to promote, two devices); then the forward and the node.
         be = None
         record = False
-        rare = _FORWARD.level is not None or _ANOMALY.enabled or trace.RECORDING is not None
+        rare = _FORWARD.level is not None or _ANOMALY.enabled or trace.ACTIVE
         first = None
         datas = []
         push = datas.append
@@ -268,8 +268,8 @@ class Op(Node):
             self._connect(args, result)
             if _ANOMALY.enabled:
                 anomaly.record(self)
-        if trace.RECORDING is not None:
-            trace.RECORDING(result)
+        if trace.ACTIVE and trace.WATCH.recording is not None:
+            trace.WATCH.recording(result)
         return result
 
     def _bind_saved(self, args, result):
@@ -351,7 +351,12 @@ class Op(Node):
         """The gradients for the node's edges (the engine's call): the VJP of each input, checked saved values."""
         if self._saved_refs is not None or self._released:
             self._check_saved()
-        gxs = self._vjps(gy, create_graph)
+        try:
+            gxs = self._vjps(gy, create_graph)
+        except (TypeError, AttributeError):
+            if self._released:  # another thread's backward freed the saved values meanwhile: torch's error
+                self._check_saved()
+            raise
         if self._edge_slots is not None:  # a gradient for each tensor input only (number_edges = False)
             gxs = tuple([gxs[i] for i in self._edge_slots])
         return gxs

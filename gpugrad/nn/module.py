@@ -77,7 +77,7 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         hooked = any(self.__dict__.get("_hook_dicts", {}).values())
-        stack = _trace.MODULES  # a list only inside autograd.record(): explain/draw then know who made each node
+        stack = _trace.WATCH.modules  # a list only inside autograd.record(): explain/draw know who made each node
         if stack is None:
             return _hooks.call(self, self.forward, args, kwargs) if hooked else self.forward(*args, **kwargs)
         stack.append(self)

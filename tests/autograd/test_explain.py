@@ -132,7 +132,7 @@ def test_the_graph_and_user_state_survive_explain():
     a.register_hook(lambda g: seen.append(float(g)) or g * 10)  # hooks run: explain shows what backward gives
     y = h * h
     assert float(explain(y).of(a).grad) == 10 * 2 * -6 * -3
-    assert h.grad is None and a.grad is None and trace.OBSERVER is None and seen == [36]
+    assert h.grad is None and a.grad is None and trace.WATCH.observer is None and seen == [36]
     y.backward()  # the graph was kept
     assert float(a.grad) == 360 and float(h.grad) == -12 and float(b.grad) == 2 * -6 * 2
 
@@ -180,11 +180,11 @@ def test_ten_thousand_nodes_without_recursion():
 def test_record_keeps_module_paths_and_restores_the_constructor():
     gpugrad.manual_seed(0)
     net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
-    before = trace.RECORDING
+    before = trace.WATCH.recording
     with record():
-        assert trace.RECORDING is not None
+        assert trace.WATCH.recording is not None and trace.ACTIVE == 1
         y = net(gpugrad.randn(2, 3)).sum()
-    assert trace.RECORDING is before is None and trace.MODULES is None
+    assert trace.WATCH.recording is before is None and trace.WATCH.modules is None and trace.ACTIVE == 0
     r = explain(y)
     assert [(n.name, n.module) for n in r.nodes if n.kind != "leaf"] == [
         ("AddmmBackward0", "Sequential.0"), ("ReluBackward0", "Sequential.1"), ("AddmmBackward0", "Sequential.2"),
