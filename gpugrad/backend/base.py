@@ -17,7 +17,8 @@ class Backend:
 
     name: str
     xp: object
-    device_scope = None  # a context manager making this device current (CUDA), or None (CPU)
+    device_scope = None  # a context manager making this device current (CUDA with several devices), or None
+    on_host = True  # the CPU: no device scope, no capture
     simulated = False  # True on the CUDA simulator (gpugrad/testing/cuda_sim): its timings are no GPU's
 
     def __init__(self, name, xp, device, kernels=reference):

@@ -18,9 +18,11 @@ class CudaBackend(Backend):
         super().__init__("cuda", cupy, device, kernels)
         self._cupy = cupy
         self.simulated = getattr(cupy, "simulated", False)  # real CuPy has no such attribute
+        self.on_host = False
         # Entered around every op, backward node and optimizer step on this device: CuPy launches on the
-        # current device, so cuda:1 work must make device 1 current (CuPy's Device contexts nest).
-        self.device_scope = cupy.cuda.Device(device.index)
+        # current device, so cuda:1 work must make device 1 current (CuPy's Device contexts nest). With one device
+        # visible it is always current (every thread's CUDA device starts at 0): no scope, no per-op device calls.
+        self.device_scope = cupy.cuda.Device(device.index) if device_count() > 1 else None
 
     def to_host(self, array, what="backend.to_host") -> np.ndarray:
         capture.refuse_sync(what)

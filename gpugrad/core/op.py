@@ -149,8 +149,8 @@ class Op(Node):
             record = False
             fn.needs_input_grad = _NO_GRAD[len(args)] if len(args) < 8 else (False,) * len(args)
         fn._be = be
-        if be.device_scope is None:
-            out = fn._forwards[be.name](fn, be.xp, *datas)
+        if be.on_host:
+            out = fn._forwards["cpu"](fn, be.xp, *datas)
         else:
             out = fn._run_forward(be, datas)
         if not isinstance(out, be.array_type) or fn.changes_device:
@@ -161,11 +161,12 @@ class Op(Node):
         return result
 
     def _run_forward(self, be, datas):
-        scope = be.device_scope  # CUDA: CuPy launches on the current device, so make the inputs' device current
+        # CUDA: CuPy launches on the current device, so the inputs' device is made current (with several devices)
+        scope = be.device_scope
         forward = self._forwards[be.name]
-        if scope is None:
-            return forward(self, be.xp, *datas)
         try:
+            if scope is None:
+                return forward(self, be.xp, *datas)
             with scope:
                 return forward(self, be.xp, *datas)
         except Exception as e:

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from gpugrad.backend import cuda, get_backend
+from gpugrad.backend import cuda, get_backend, on
 from gpugrad.backend.device import Device, parse_device
 
 INSTALL_HINT = ("CuPy's NCCL bindings need the NCCL library: pip install 'nvidia-nccl-cu13>=2.27.7,<3' (with "
@@ -62,7 +62,7 @@ class NcclComm:
         if not nccl.available:
             raise RuntimeError(f"init_process_group('nccl'): {INSTALL_HINT}")
         uid = mpi.broadcast_object(nccl.get_unique_id() if mpi.rank == 0 else None, 0)
-        with be.device_scope:
+        with on(be):
             self.comm = nccl.NcclCommunicator(mpi.size, uid, mpi.rank)
             self.stream = self.cupy.cuda.Stream(non_blocking=True)
         self.watchdog = _Watchdog(self, group)
@@ -137,7 +137,7 @@ class _Watchdog:
         return pending
 
     def _run(self):
-        with self.comm.backend.device_scope:  # CUDA calls from this thread go to its rank's device
+        with on(self.comm.backend):  # CUDA calls from this thread go to its rank's device
             self._watch()
 
     def _watch(self):
