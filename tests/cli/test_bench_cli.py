@@ -417,7 +417,7 @@ def _fake_cuda_backend():
     import time
     import types
 
-    from gpugrad.backend import Backend
+    from gpugrad.backend import Backend, kernels
     from gpugrad.backend.device import Device
 
     class Event:
@@ -438,7 +438,7 @@ def _fake_cuda_backend():
     xp.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
     xp.cuda = types.SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
                                     get_current_stream=Syncable, Device=Syncable)
-    return Backend("cuda", xp, Device("cuda", 0))
+    return Backend("cuda", xp, Device("cuda", 0), kernels)  # a CUDA backend carries the CUDA launchers
 
 
 def test_cuda_kernel_suite_runs_the_real_launchers_on_the_emulator():
