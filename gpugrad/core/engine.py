@@ -158,8 +158,12 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
             be = node._be
             shared = _repeated_ids(gxs) if len(gxs) > 1 else ()
             fresh = node.fresh_grads
-            for (parent, _), gx, meta in zip(node.next_functions, gxs, node._in_meta):
+            slot = node.routes_output
+            for (parent, nr), gx, meta in zip(node.next_functions, gxs, node._in_meta):
                 if parent is None or gx is None:
+                    continue
+                if slot:  # output nr of a node with several: its own place in that node's gradients
+                    _add_output(grads, parent, nr, gx)
                     continue
                 if create_graph:
                     gx = unbroadcast(gx, meta)
@@ -229,6 +233,15 @@ def _add(grads, node, g, owned, create_graph):
         grads[node] = (acc, True)
     else:
         grads[node] = (node._be.as_array(prev[0] + g), True)  # NumPy sums 0-d arrays into a scalar
+
+
+def _add_output(grads, node, k, g):
+    """Output k's gradient, for a node with several outputs (``node.n_outputs``): each output has one OutputSlot,
+    which summed what reached it, so a place is filled once. Shared (not owned): the slot passed it on as it came."""
+    entry = grads.get(node)
+    if entry is None:
+        entry = grads[node] = ([None] * node.n_outputs, False)
+    entry[0][k] = g
 
 
 def _run_hooks(node, g, owned, create_graph):

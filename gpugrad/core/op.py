@@ -17,7 +17,7 @@ import numbers
 from gpugrad.backend import backend_of, graphs
 from gpugrad.core import anomaly, forward, forward_state, tensor_xp, trace
 from gpugrad.core.grad_mode import STATE
-from gpugrad.core.node import AccumulateGrad, Node
+from gpugrad.core.node import AccumulateGrad, Node, modified_error
 from gpugrad.core.promotion import promoted
 from gpugrad.core.tensor import TensorBase, make
 from gpugrad.core.views import fresh, root_array, shadow, subscribe
@@ -301,17 +301,16 @@ class Op(Node):
                 "freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
                 "backward through the graph a second time or if you need to access saved tensors after calling "
                 "backward.")
-        for ref in self._saved_refs or ():
+        for i, ref in enumerate(self._saved_refs or ()):
             if ref is None:
                 continue
             kind, obj, version = ref
             now = obj[0] if kind.startswith("out") else obj._version_counter[0]
             if now != version:
-                raise RuntimeError(
-                    f"one of the variables needed for gradient computation has been modified by an inplace "
-                    f"operation: {self.name()} saved its {'output' if kind.startswith('out') else 'input'} at "
-                    f"version {version}, but it is now at version {now}. Avoid the in-place change, or .clone() "
-                    "first.")
+                out = kind.startswith("out")
+                raise modified_error(make(self.saved[i], self._be) if out else obj, self if out else obj._grad_fn,
+                                     now, version, f" ({self.name()} saved its {'output' if out else 'input'}: avoid "
+                                     "the in-place change, or .clone() first.)")
 
     def run_backward(self, gy, create_graph: bool):
         self._check_saved()
