@@ -20,7 +20,7 @@ from gpugrad.core import forward_state
 from gpugrad.core.anomaly import STATE as _ANOMALY
 from gpugrad.core.anomaly import record as _record_stack
 from gpugrad.core.grad_mode import STATE, enable_grad, no_grad
-from gpugrad.core.node import FREED, FREED_WHY, Node, SeveralOutputs, grad_edge, modified_error
+from gpugrad.core.node import Node, SeveralOutputs, freed_error, grad_edge, modified_error
 from gpugrad.core.tensor import make
 from gpugrad.core.views import fresh, rebase, write_through
 
@@ -86,7 +86,7 @@ class BackwardFunction(FunctionCtx, SeveralOutputs, Node):
         if self._in_jvp:
             return self._for_forward
         if self._released:
-            raise RuntimeError(f"{FREED} The node is {self.name()}. {FREED_WHY}")
+            raise freed_error(self)
         if self._saved is None:  # read in forward, before apply has bound them
             return self._to_save
         out = []
@@ -116,7 +116,7 @@ class BackwardFunction(FunctionCtx, SeveralOutputs, Node):
     def run_backward(self, g, create_graph):
         grads = list(g) if self.n_outputs > 1 else [g]
         if self.n_outputs > 1:
-            self.call_hooks_of_unused_outputs(grads)
+            self.run_output_hooks(grads, create_graph)
         for k, meta in enumerate(self._outputs):
             if grads[k] is None:
                 if meta is not None and self.materialize_grads:

@@ -5,17 +5,16 @@ from __future__ import annotations
 import re
 import weakref
 
-
-FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after they have "
-         "already been freed).")
-FREED_WHY = ("Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify "
-             "retain_graph=True if you need to backward through the graph a second time or if you need to access "
-             "saved tensors after calling backward.")
+from gpugrad.core.tensor import make
 
 
 def freed_error(node):
-    """torch's error for a saved tensor read after backward freed it, naming the node."""
-    return RuntimeError(f"{FREED} The node is {node.name()}. {FREED_WHY}")
+    """torch's error for a saved tensor read after backward freed it (its first sentence, then the node's name)."""
+    return RuntimeError(
+        "Trying to backward through the graph a second time (or directly access saved tensors after they have already "
+        f"been freed). The node is {node.name()}. Saved intermediate values of the graph are freed when you call "
+        ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second "
+        "time or if you need to access saved tensors after calling backward.")
 
 
 def modified_error(tensor, producer, now, expected, detail=""):
@@ -132,6 +131,7 @@ class OutputSlot(Node):
 
     routes_output = True
     fresh_grads = False  # it passes its gradient on as is
+    _output_hooks = None  # tensor hooks of this output: run by ``node``, in output order, as torch runs them
 
     def __init__(self, node, k, meta):
         self.node, self.k = node, k
@@ -141,6 +141,12 @@ class OutputSlot(Node):
 
     def name(self):
         return self.node.name()
+
+    def register_prehook(self, hook):
+        if self._output_hooks is None:
+            self._output_hooks = []
+        self._output_hooks.append(hook)
+        return RemovableHandle(self._output_hooks, hook)
 
     def run_backward(self, gy, create_graph):
         return (gy,)
@@ -164,13 +170,23 @@ class SeveralOutputs:
             self._slots[k] = weakref.ref(slot)
         return slot
 
-    def call_hooks_of_unused_outputs(self, grads):
-        """As torch: when this node runs, the hooks of an output that got no gradient are called with None."""
-        for ref, g in zip(self._slots or (), grads):
-            slot = ref() if ref is not None and g is None else None
-            for hook in list(slot._pre_hooks or ()) if slot is not None else ():
-                if hook(None) is not None:
+    def run_output_hooks(self, grads, create_graph):
+        """The outputs' tensor hooks, as torch runs them when this node runs: output by output, an output that got no
+        gradient's with None (which they may not replace); ``grads`` (arrays, or Tensors under create_graph) in place
+        with what the hooks return."""
+        for k, ref in enumerate(self._slots or ()):
+            slot = ref() if ref is not None else None
+            for hook in list(slot._output_hooks or ()) if slot is not None else ():
+                g = grads[k]
+                out = hook(g if create_graph or g is None else make(g, self._be))
+                if out is None:
+                    continue
+                if g is None:
                     raise RuntimeError("can't replace a None gradient with a non-None value")
+                if tuple(out.shape) != tuple(g.shape) or out._data.dtype != (g._data if create_graph else g).dtype:
+                    raise RuntimeError(f"a hook on output {k} of {self.name()} returned shape {out.shape}, dtype "
+                                       f"{out.dtype}; it must return None or a Tensor of the gradient's shape and dtype")
+                grads[k] = out if create_graph else out._data
 
 
 class _LeafHooks:

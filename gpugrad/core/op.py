@@ -17,7 +17,7 @@ import numbers
 from gpugrad.backend import backend_of, graphs
 from gpugrad.core import anomaly, forward, forward_state, tensor_xp, trace
 from gpugrad.core.grad_mode import STATE
-from gpugrad.core.node import AccumulateGrad, Node, modified_error
+from gpugrad.core.node import AccumulateGrad, Node, freed_error, modified_error
 from gpugrad.core.promotion import promoted
 from gpugrad.core.tensor import TensorBase, make
 from gpugrad.core.views import fresh, root_array, shadow, subscribe
@@ -295,12 +295,7 @@ class Op(Node):
     # -- used by the engine -------------------------------------------------------------------------------------
     def _check_saved(self):
         if self._released:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time (or directly access saved tensors after they "
-                f"have already been freed). The node is {self.name()}. Saved intermediate values of the graph are "
-                "freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
-                "backward through the graph a second time or if you need to access saved tensors after calling "
-                "backward.")
+            raise freed_error(self)
         for i, ref in enumerate(self._saved_refs or ()):
             if ref is None:
                 continue
