@@ -53,7 +53,7 @@ class Input:
 @dataclass
 class NodeInfo:
     index: int
-    name: str  # as grad_fn.name(): "MulBackward0", "AccumulateGrad"
+    name: str  # as grad_fn.name(): "MulBackward0", "AccumulateGrad"; "UnbindBackward0 output 1" for an OutputSlot
     node: object  # the graph node itself
     kind: str  # "leaf", "op" or "root"
     shape: tuple
@@ -136,7 +136,8 @@ def explain(t, *, after_backward=True, names=None) -> Report:
         host = _host(arrays)
         leaf = isinstance(n, AccumulateGrad)
         mods = (getattr(n, "_rec", None) or (None,) * 4)[3]
-        info = NodeInfo(i, n.name(), n, "leaf" if leaf else "root" if n is root else "op", tuple(shape),
+        name = n.name() + (f" output {n.k}" if n.routes_output else "")  # one output of a node with several
+        info = NodeInfo(i, name, n, "leaf" if leaf else "root" if n is root else "op", tuple(shape),
                         np.dtype(dtype), host[0], notes.get(n, ""), grad=host[1],
                         label=labels.get(id(n.variable) if leaf else n, ""),
                         modules=_module_paths(mods, mod_names))

@@ -222,8 +222,6 @@ class BackwardFunction(FunctionCtx, SeveralOutputs, Node):
                             ("out", own[id(t)], t._data, t._version_counter, t._version) if id(t) in own else
                             ("in", t, t._version) for t in self._to_save)
         self._to_save = ()  # NOTE: no strong reference to an output: output -> node -> output would be a cycle
-        if _ANOMALY.enabled:
-            _record_stack(self)
         return results[0] if single else tuple(results)
 
     def _forward_ad(self, args, out):
@@ -328,6 +326,8 @@ class Function:
             t._version_counter[0] += 1
         if record:
             out = ctx._wrap(args, out)
+            if _ANOMALY.enabled:
+                _record_stack(ctx)  # the frames above this apply: where the user made the node
         if dual:
             ctx._forward_ad(args, out)
         return out
