@@ -116,7 +116,7 @@ class BackwardFunction(FunctionCtx, SeveralOutputs, Node):
     def run_backward(self, g, create_graph):
         grads = list(g) if self.n_outputs > 1 else [g]
         if self.n_outputs > 1:
-            self.run_output_hooks(grads, create_graph)
+            self.call_hooks_of_unused_outputs(grads)
         for k, meta in enumerate(self._outputs):
             if grads[k] is None:
                 if meta is not None and self.materialize_grads:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 import weakref
 
-from gpugrad.core.tensor import make
-
 
 def freed_error(node):
     """torch's error for a saved tensor read after backward freed it (its first sentence, then the node's name)."""
@@ -131,7 +129,6 @@ class OutputSlot(Node):
 
     routes_output = True
     fresh_grads = False  # it passes its gradient on as is
-    _output_hooks = None  # tensor hooks of this output: run by ``node``, in output order, as torch runs them
 
     def __init__(self, node, k, meta):
         self.node, self.k = node, k
@@ -142,11 +139,6 @@ class OutputSlot(Node):
     def name(self):
         return self.node.name()
 
-    def register_prehook(self, hook):
-        if self._output_hooks is None:
-            self._output_hooks = []
-        self._output_hooks.append(hook)
-        return RemovableHandle(self._output_hooks, hook)
 
     def run_backward(self, gy, create_graph):
         return (gy,)
@@ -170,23 +162,14 @@ class SeveralOutputs:
             self._slots[k] = weakref.ref(slot)
         return slot
 
-    def run_output_hooks(self, grads, create_graph):
-        """The outputs' tensor hooks, as torch runs them when this node runs: output by output, an output that got no
-        gradient's with None (which they may not replace); ``grads`` (arrays, or Tensors under create_graph) in place
-        with what the hooks return."""
-        for k, ref in enumerate(self._slots or ()):
-            slot = ref() if ref is not None else None
-            for hook in list(slot._output_hooks or ()) if slot is not None else ():
-                g = grads[k]
-                out = hook(g if create_graph or g is None else make(g, self._be))
-                if out is None:
-                    continue
-                if g is None:
+    def call_hooks_of_unused_outputs(self, grads):
+        """As torch: when this node runs, the hooks of an output that got no gradient are called with None (and may
+        not replace it). The other outputs' hooks ran at their slots, as the gradients came (the engine)."""
+        for ref, g in zip(self._slots or (), grads):
+            slot = ref() if ref is not None and g is None else None
+            for hook in list(slot._pre_hooks or ()) if slot is not None else ():
+                if hook(None) is not None:
                     raise RuntimeError("can't replace a None gradient with a non-None value")
-                if tuple(out.shape) != tuple(g.shape) or out._data.dtype != (g._data if create_graph else g).dtype:
-                    raise RuntimeError(f"a hook on output {k} of {self.name()} returned shape {out.shape}, dtype "
-                                       f"{out.dtype}; it must return None or a Tensor of the gradient's shape and dtype")
-                grads[k] = out if create_graph else out._data
 
 
 class _LeafHooks:

@@ -351,7 +351,7 @@ class Pieces(SeveralOutputs, Node):
         return self._name
 
     def run_backward(self, grads, create_graph):
-        self.run_output_hooks(grads, create_graph)
+        self.call_hooks_of_unused_outputs(grads)
         xp = self._be.xp
         if create_graph:
             parts = [g if g is not None else make(xp.zeros(*m), self._be) for g, m in zip(grads, self._metas)]
