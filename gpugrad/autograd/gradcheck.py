@@ -44,7 +44,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     diff = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not diff:
-        raise ValueError("gradcheck expects at least one input tensor to require gradient, but none of the them have "
+        raise ValueError("gradcheck expects at least one input tensor to require gradient, but none of them have "
                          "requires_grad=True.")
     for i in diff:
         if inputs[i].dtype != np.float64:

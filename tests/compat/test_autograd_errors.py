@@ -84,6 +84,8 @@ CASES = {
                                                               torch.ones(2), strict=True),
     "hessian_strict_linear": lambda torch: torch.autograd.functional.hessian(lambda a: (a * 2).sum(), torch.ones(2),
                                                                               strict=True),
+    "gradcheck_without_an_input_that_requires_grad": lambda torch: torch.autograd.gradcheck(
+        lambda t: t * 2, (torch.ones(2, dtype=torch.float64),)),
     # where torch refuses what gpugrad once let through
     "linear_float64_input": lambda torch: torch.nn.functional.linear(torch.ones(2, 3, dtype=torch.float64),
                                                                      torch.ones(4, 3)),
