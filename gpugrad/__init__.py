@@ -38,6 +38,10 @@ def is_complex(input):
     return input.is_complex()
 
 
+def is_inference(input):
+    return input.is_inference()
+
+
 # torch's top-level functions: gpugrad.sum, gpugrad.sort, gpugrad.einsum, the declared pointwise ops (gpugrad.exp), ...
 globals().update(_FUNCTIONS)
 

@@ -25,7 +25,7 @@ from gpugrad.ops.activation import POINTWISE_OPS
 from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace
 from gpugrad.ops.matmul import Matmul
-from gpugrad.ops.movement import Cat, Gather, tensors_of
+from gpugrad.ops.movement import Cat, Gather, Pieces, tensors_of
 from gpugrad.ops.reduce import Max, Median, Min
 from gpugrad.ops.scan import Cumprod
 
@@ -228,8 +228,21 @@ def split(input, split_size_or_sections, dim=0):
         if builtins.sum(sizes) != n or builtins.min(sizes, default=0) < 0:
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
                                f"dimension {d}), but got split_sizes={sizes}")
+    pieces = _split_views(input, sizes, d)
+    return _grouped(input, pieces, d, False, "SplitBackward0" if isinstance(split_size_or_sections, numbers.Integral)
+                    else "SplitWithSizesBackward0")
+
+
+def _split_views(input, sizes, d):
     starts = np.cumsum([0] + sizes[:-1])
     return tuple(_along(input, d, slice(int(a), int(a) + k)) for a, k in zip(starts, sizes))
+
+
+def _grouped(input, pieces, d, stacked, name):
+    """The views as the outputs of one node, as torch's unbind and split give them (see ops.movement.Pieces)."""
+    if pieces and pieces[0]._grad_fn is not None:
+        Pieces(input, pieces, d, stacked, name)
+    return pieces
 
 
 @composite("chunk")
@@ -250,13 +263,13 @@ def tensor_split(input, indices_or_sections, dim=0):
     else:
         bounds = [0] + [builtins.min(builtins.max(int(i), 0), n) for i in indices_or_sections] + [n]
         sizes = [builtins.max(b - a, 0) for a, b in zip(bounds, bounds[1:])]
-    return split(input, sizes, d)
+    return _split_views(input, sizes, d)  # as torch: separate slices, not one node
 
 
 @composite("unbind")
 def unbind(input, dim=0):
     d = _axis(input, dim, "unbind")
-    return tuple(_along(input, d, i) for i in range(input.shape[d]))
+    return _grouped(input, tuple(_along(input, d, i) for i in range(input.shape[d])), d, True, "UnbindBackward0")
 
 
 @composite("narrow")

@@ -62,7 +62,7 @@ def _write(out, result, name):
         return kind(_write(o, r, name) for o, r in zip(out, result))
     if result.requires_grad:
         raise RuntimeError(f"{name}(): functions with out=... arguments don't support automatic differentiation, "
-                           "but one of the arguments requires grad; call it without out=")
+                           "but one of the arguments requires grad. Call it without out=, or under no_grad().")
     if out.shape == result.shape:
         return out.copy_(result)
     out.data = result

@@ -16,8 +16,8 @@ import gpugrad
 import gpugrad.nn.functional as F
 from gpugrad.backend import reference as R
 from gpugrad.ops.activation import Dropout
-from gpugrad.ops.declarations import ACTIVATIONS, POINTWISE
 from gpugrad.ops.convert import ToDevice
+from gpugrad.ops.declarations import ACTIVATIONS, POINTWISE
 
 
 @dataclass
@@ -310,7 +310,7 @@ SURFACE_CASES = [
     _surface("diag", lambda t, a: t.diag(a, -1), lambda a: np.diag(a, -1), [((3,),)], op="index_place"),
     _surface("trace", lambda t, a: a.trace(), np.trace, [((3, 4),)], op="index"),
     _surface("split_chunk", lambda t, a: a.chunk(3, 1)[1] * a.split([1, 3], 1)[0], lambda a: a[:, 2:4] * a[:, :1],
-             [((3, 4),)], op="index"),
+             [((3, 4),)], op="mul"),  # split's pieces are the outputs of one node (ops.movement.Pieces), as torch's
     OpCase("index_select", lambda a: a.index_select(1, gpugrad.tensor(IDX)), lambda a: a[:, IDX], [((2, 3),)],
            op="index", torch_fn=lambda a: a.index_select(1, _t(_torch(), IDX))),
     _surface("scatter", lambda t, a, s: a.scatter(0, t.tensor(SCATTER_IDX), s), lambda a, s: _np_scatter(a, s),

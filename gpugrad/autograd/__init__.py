@@ -5,11 +5,12 @@ The machinery lives in ``gpugrad/core`` (tensor state, nodes, ``Op``, the engine
 """
 from __future__ import annotations
 
-from gpugrad.autograd import forward_ad, functional
-from gpugrad.autograd.custom import Function, FunctionCtx
+from gpugrad.autograd import forward_ad, function, functional, variable
 from gpugrad.autograd.draw import draw
 from gpugrad.autograd.explain import explain
-from gpugrad.autograd.gradcheck import GradcheckError, gradcheck
+from gpugrad.autograd.function import Function, FunctionCtx
+from gpugrad.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
+from gpugrad.autograd.variable import Variable
 from gpugrad.core.anomaly import detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled, set_detect_anomaly
 from gpugrad.core.backprop import backward, grad
 from gpugrad.core.grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
@@ -18,7 +19,9 @@ from gpugrad.core.node import AccumulateGrad, Node
 from gpugrad.core.op import Op
 from gpugrad.core.trace import record
 
-__all__ = ["backward", "grad", "Function", "FunctionCtx", "gradcheck", "GradcheckError", "no_grad", "enable_grad",
+__all__ = ["backward", "grad", "Function", "FunctionCtx", "Variable", "gradcheck",
+           "gradgradcheck", "GradcheckError", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "Node", "Op",
            "AccumulateGrad", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
-           "is_anomaly_check_nan_enabled", "explain", "draw", "record", "forward_ad", "functional"]
+           "is_anomaly_check_nan_enabled", "explain", "draw", "record", "forward_ad", "function", "functional",
+           "variable"]

@@ -6,7 +6,9 @@ that flowed into it and what it sent to each input, so a leaf reached along two 
 
 The backward shown is explain's own: it keeps the graph (retain_graph=True) and captures the leaves' gradients
 instead of adding them into ``.grad`` (as ``autograd.grad`` does), so nothing the user sees changes; tensor hooks run
-as in any backward, so the gradients shown are the ones ``backward()`` gives.
+as in any backward, so the gradients shown are the ones ``backward()`` gives. After a ``backward()`` that freed the
+graph, the nodes' saved values are recomputed from their inputs' values (the leaves as they are now), where every
+input of a node is known, and the backward runs on those copies.
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ class Input:
 @dataclass
 class NodeInfo:
     index: int
-    name: str  # as grad_fn.name(): "MulBackward0", "AccumulateGrad"
+    name: str  # as grad_fn.name(): "MulBackward0", "AccumulateGrad"; "UnbindBackward0 output 1" for an OutputSlot
     node: object  # the graph node itself
     kind: str  # "leaf", "op" or "root"
     shape: tuple
@@ -117,24 +119,25 @@ def explain(t, *, after_backward=True, names=None) -> Report:
             values[n] = n.variable._data
         elif n is not root:
             values[n], notes[n] = _value(n, values)
-    grads, sent, note = {}, {}, ""
+    grads, sent, note, revived = {}, {}, "", {}
     if after_backward:
-        result = _backward(root, t, order, index)
+        result = _backward(root, t, order, index, values)
         if isinstance(result, str):
             note = result
         else:
-            grads, sent = result
+            grads, sent, note, revived = result
     labels = {(v._grad_fn if v._grad_fn is not None else id(v)): k for k, v in (names or {}).items()}
     mod_names, infos = {}, []
     for i, n in enumerate(order):
         shape, dtype = meta[n]
         ins = list(zip(n.next_functions, getattr(n, "_in_meta", ())))
-        local = _locals(n, shape, dtype, values.get(n)) if ins and int(np.prod(shape)) == 1 else None
+        local = _locals(revived.get(n, n), shape, dtype, values.get(n)) if ins and int(np.prod(shape)) == 1 else None
         arrays = [values.get(n), grads.get(n)] + list(local or [None] * len(ins)) + list(sent.get(n, [None] * len(ins)))
         host = _host(arrays)
         leaf = isinstance(n, AccumulateGrad)
         mods = (getattr(n, "_rec", None) or (None,) * 4)[3]
-        info = NodeInfo(i, n.name(), n, "leaf" if leaf else "root" if n is root else "op", tuple(shape),
+        name = n.name() + (f" output {n.k}" if n.routes_output else "")  # one output of a node with several
+        info = NodeInfo(i, name, n, "leaf" if leaf else "root" if n is root else "op", tuple(shape),
                         np.dtype(dtype), host[0], notes.get(n, ""), grad=host[1],
                         label=labels.get(id(n.variable) if leaf else n, ""),
                         modules=_module_paths(mods, mod_names))
@@ -156,35 +159,51 @@ def _value(node, values):
     if rec is not None and rec[1][0] == rec[2]:
         return rec[0], ""
     why = "overwritten in place after it was made" if rec is not None else NOT_KEPT
+    again = _rerun(node, values)
+    return (None, why) if again is None else (again[1], "recomputed from its inputs")
+
+
+def _rerun(node, values):
+    """(a copy of ``node`` that ran its forward again on its inputs' values, the output), or None where an input's
+    value is not in the graph (a Python constant, a cut input) or the forward cannot run again (a custom Function's
+    node keeps no forward; dropout's randoms are consumed). The copy holds what the forward saved."""
     ins = []
     for (p, _), m in zip(node.next_functions, getattr(node, "_in_meta", ())):
-        if m is None or values.get(p) is None:  # a Python constant or a cut input: its value is not in the graph
-            return None, why
+        if m is None or values.get(p) is None:
+            return None
         ins.append(values[p])
     be = getattr(node, "_be", None)
-    if be is None or not hasattr(node, "forward"):  # a custom Function's node keeps no forward
-        return None, why
+    if be is None or not hasattr(node, "forward"):
+        return None
     # A copy runs the forward: ops save arrays on their node, and the graph's node must stay as it was.
     fn = copy.copy(node)
     try:
         with on(be), np.errstate(all="ignore"):
             out = (getattr(fn, be.forward_name, None) or fn.forward)(be.xp, *ins)
-    except Exception:  # noqa: BLE001 - e.g. dropout, whose randoms are consumed: the value is just not shown
-        return None, why
-    return (np.asarray(out) if isinstance(out, np.generic) else out), "recomputed from its inputs"
+    except Exception:  # noqa: BLE001 - the value is just not shown
+        return None
+    return fn, (np.asarray(out) if isinstance(out, np.generic) else out)
 
 
-def _backward(root, t, order, index):
-    """Run an observed backward: ({node: gradient in}, {node: [gradient sent per input]}), or why it could not."""
+def _backward(root, t, order, index, values):
+    """Run an observed backward: ({node: gradient in}, {node: [gradient sent per input]}, note, {node: its revived
+    copy}), or why it could not. After a backward() that freed the graph, it runs over copies of the nodes whose
+    forward ran again (_revive)."""
+    run_root, original, note, revived = root, {}, "", {}
     if any(getattr(n, "_released", False) for n in order):
-        return ("no gradients: an earlier backward() freed this graph's saved values; call it with "
-                "retain_graph=True, or explain before it")
+        revived = _revive(order, values, root, t)
+        if isinstance(revived, str):
+            return revived
+        run_root, original = revived.get(root, root), {c: n for n, c in revived.items()}
+        note = ("an earlier backward() freed this graph: its saved values were recomputed from the inputs' values "
+                "(now) to show the gradients")
     grads, sent = {}, {}
 
     def observe(node, gy, gxs):
+        node = original.get(node, node)
         if node in index:
             be = node._be
-            grads[node] = gy
+            grads[node] = gy if not isinstance(gy, list) else None  # a node of several outputs: see its slots
             # Copies: the engine may later add another path's gradient into these arrays in place.
             sent[node] = [None if p is None or gx is None else engine.unbroadcast(be.as_array(gx), m).copy()
                           for (p, _), gx, m in zip(node.next_functions, gxs, node._in_meta)]
@@ -195,14 +214,41 @@ def _backward(root, t, order, index):
         n._retain = None
     try:
         with trace.observing(observe), on(t._backend):
-            engine.run([(root, t._backend.xp.ones_like(t._data))], retain_graph=True, capture=leaves)
+            engine.run([(run_root, t._backend.xp.ones_like(t._data))], retain_graph=True, capture=leaves)
     except RuntimeError as e:  # e.g. a saved tensor changed in place since: backward() itself would raise this
-        return f"no gradients: {e}"
+        if not grads:
+            return f"no gradients: {e}"
+        note = f"gradients only down to where the backward stopped: {e}"
     finally:
         for n, r in retained:
             n._retain = r
     grads.update(leaves)
-    return grads, sent
+    return grads, sent, note, revived
+
+
+def _revive(order, values, root, t):
+    """{node: a copy to run backward on}: every op node copied (inputs first) with its edges to the copies, and those
+    whose saved values were freed refilled by running their forward again on their inputs' values. A node that cannot
+    run again stays freed (the backward stops there). Or why nothing can be shown."""
+    check = _rerun(root, values)  # the root's value from the inputs as they are now, against the one t holds
+    if check is not None and not np.allclose(*_host([check[1], t._data]), equal_nan=True):
+        return ("no gradients: an earlier backward() freed this graph, and its inputs have changed since (an optimizer "
+                "step?): explain before changing them, or call backward() with retain_graph=True")
+    copies = {}
+    for n in order:
+        if isinstance(n, AccumulateGrad):
+            continue
+        c = None
+        if getattr(n, "_released", False):
+            again = _rerun(n, values)
+            if again is not None:
+                c = again[0]
+                c._released, c._saved_refs = False, None
+        c = c if c is not None else copy.copy(n)
+        c.next_functions = tuple((copies.get(p, p), nr) for p, nr in n.next_functions)
+        c._retain = None
+        copies[n] = c
+    return copies
 
 
 def _locals(node, shape, dtype, value):

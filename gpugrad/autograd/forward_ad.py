@@ -29,8 +29,8 @@ class UnpackedDualTensor(NamedTuple):
 def dual_level():
     """A scope for dual tensors: tangents made in it are dropped when it exits (``unpack_dual`` then gives None)."""
     if STATE.level is not None:
-        raise RuntimeError("dual_level: forward-mode levels cannot be nested (as in torch); exit the current "
-                           "dual_level() first")
+        raise RuntimeError("Nested forward mode AD is not supported at the moment (dual_level: exit the current "
+                           "dual_level() first)")
     STATE.level, STATE.duals = 0, []
     try:
         yield 0

@@ -28,17 +28,22 @@ from gpugrad.ops.movement import Stack
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 
 _OUT = "outputs of the user-provided function"
-_STRICT = {  # torch's messages, shortened
-    "outputs": "Output {i} of the user-provided function does not require gradients. This is not allowed in strict mode.",
-    "jacobian": "The jacobian of the user-provided function with respect to input {i} is independent of the input (a "
-                "linear function?). This is not allowed in strict mode.",
+_STRICT = {  # torch's messages (their first sentences, which torch's tests match)
+    "outputs": "Output {i} of the user-provided function does not require gradients. The outputs must be computed in a "
+               "differentiable manner from the input when running in strict mode.",
+    "jacobian": "While computing the hessian, found that the jacobian of the user-provided function with respect to "
+                "input {i} is independent of the input. This is not allowed in strict mode. You should ensure that "
+                "your function is twice differentiable and that the jacobian depends on the inputs (this would be "
+                "violated by a linear function for example).",
     "back": "The output of the user-provided function is independent of input {i}. This is not allowed in strict mode.",
-    "back_trick": "Output {i} of the user-provided function is independent of the inputs. This is not allowed in "
-                  "strict mode.",
+    "jac": "Output {o} of the user-provided function is independent of input {i}. This is not allowed in strict mode.",
+    "back_trick": "The gradient with respect to the input is independent of entry {i} in the grad_outputs when using "
+                  "the double backward trick to compute forward mode gradients. This is not allowed in strict mode.",
     "double_back": "The jacobian of the user-provided function is independent of input {i}. This is not allowed in "
                    "strict mode.",
-    "double_back_trick": "The hessian of the user-provided function is independent of input {i}. This is not allowed "
-                         "in strict mode.",
+    "double_back_trick": "The hessian of the user-provided function is independent of entry {i} in the grad_jacobian. "
+                         "This is not allowed in strict mode as it prevents from using the double backward trick to "
+                         "replace forward mode AD.",
 }
 
 
@@ -99,11 +104,11 @@ def _strict(xs, kind, strict):
             raise RuntimeError(_STRICT["back" if x is None else kind].format(i=i))
 
 
-def _fill(grads, refs, strict, create_graph, stage):
-    """None (independent of that input) -> zeros, or torch's error in strict mode."""
+def _fill(grads, refs, strict, create_graph, stage, out=None):
+    """None (independent of that input) -> zeros, or torch's error in strict mode (``out``: which output's)."""
     for i, g in enumerate(grads):
         if strict and g is None:
-            raise RuntimeError(_STRICT[stage].format(i=i))
+            raise RuntimeError(_STRICT[stage].format(i=i, o=out))
         if strict and create_graph and not g.requires_grad:
             raise RuntimeError(f"The {'hessian' if 'double' in stage else 'jacobian'} of the user-provided function "
                                f"is independent of input {i}. This is not allowed in strict mode when "
@@ -193,11 +198,11 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
 def _jacrev(outputs, inputs, create_graph, strict):
     """One backward pass per output element (the graph retained between them)."""
     jac = []
-    for out in outputs:
+    for o, out in enumerate(outputs):
         rows, flat = [[] for _ in inputs], out.reshape(-1)
         for k in range(out.numel()):
             grads = _grad((flat[k],), inputs, None, create_graph, retain_graph=True)
-            for r, g in zip(rows, _fill(grads, inputs, strict, create_graph, "back")):
+            for r, g in zip(rows, _fill(grads, inputs, strict, create_graph, "jac", o)):
                 r.append(g)
         jac.append(tuple(Stack.stack(r).reshape(*out.shape, *x.shape) for r, x in zip(rows, inputs)))
     return tuple(jac)

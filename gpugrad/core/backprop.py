@@ -15,23 +15,28 @@ def _roots(outputs, grad_outputs, create_graph, what):
         grad_outputs = (grad_outputs,) * len(outputs) if grad_outputs is None else (grad_outputs,)
     grad_outputs = tuple(grad_outputs)
     if len(grad_outputs) != len(outputs):
-        raise ValueError(f"{what}: got {len(outputs)} outputs but {len(grad_outputs)} gradients")
+        raise RuntimeError(f"got {len(outputs)} tensors and {len(grad_outputs)} gradients ({what}: one gradient per "
+                           "output, None for a scalar one)")
     roots = []
     for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
         if not fresh(t)._requires_grad:
-            raise RuntimeError(f"{what}: element {i} of tensors does not require grad and does not have a grad_fn")
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn ({what}: "
+                               "nothing to differentiate; did a no_grad() or detach() cut it off?)")
         if g is None:
             if t._data.size != 1:
-                raise RuntimeError(f"{what}: grad can be implicitly created only for scalar outputs; output {i} has "
-                                   f"shape {t.shape}: pass gradient=<tensor of that shape> (e.g. ones_like)")
+                raise RuntimeError(f"grad can be implicitly created only for scalar outputs ({what}: output {i} has "
+                                   f"shape {t.shape}: pass gradient=<tensor of that shape>, e.g. ones_like)")
             with on(t._backend):
                 g = t._backend.xp.ones_like(t._data)
         else:
             if not isinstance(g, TensorBase):
                 g = new(g, dtype=t.dtype, device=t.device)
-            if g.shape != t.shape or g.device != t.device:
-                raise RuntimeError(f"{what}: gradient for output {i} has shape {g.shape} on {g.device}, expected "
-                                   f"{t.shape} on {t.device}")
+            if g.shape != t.shape:
+                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and output[{i}] has a "
+                                   f"shape of {t.shape}.")
+            if g.device != t.device:
+                raise RuntimeError(f"invalid gradient at index {i} - expected device {t.device} but got {g.device} "
+                                   f"({what}: move the gradient with .to(device) first)")
             if create_graph:
                 roots.append((t._grad_fn or AccumulateGrad.of(t), g))
                 continue
@@ -50,9 +55,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         engine.run(roots, retain, create_graph)
         return
     inputs = (inputs,) if isinstance(inputs, TensorBase) else tuple(inputs)
+    if not inputs:
+        raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     for i, t in enumerate(inputs):  # as torch: a non-leaf input retains its grad from now on, and its grad_fn runs
         if not fresh(t)._requires_grad:
-            raise RuntimeError(f"backward: input {i} (shape {t.shape}) does not require grad")
+            raise RuntimeError(f"can't retain_grad on Tensor that has requires_grad=False (backward: input {i}, of "
+                               f"shape {t.shape}, does not require grad)")
         if t._grad_fn is not None:
             t.retain_grad()
     engine.run(roots, retain, create_graph, only=[t._grad_fn or AccumulateGrad.of(t) for t in inputs])
@@ -62,9 +70,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     """Gradients of ``outputs`` w.r.t. ``inputs``, returned instead of accumulated into ``.grad``."""
     single = isinstance(inputs, TensorBase)
     inputs = (inputs,) if single else tuple(inputs)
+    if not inputs:
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
     for i, t in enumerate(inputs):
         if not fresh(t)._requires_grad:
-            raise RuntimeError(f"grad: input {i} (shape {t.shape}) does not require grad")
+            raise RuntimeError(f"One of the differentiated Tensors does not require grad (grad: input {i}, of shape "
+                               f"{t.shape})")
     roots = _roots(outputs, grad_outputs, create_graph, "grad")
     nodes = [t._grad_fn or AccumulateGrad.of(t) for t in inputs]
     capture = engine.run(roots, create_graph if retain_graph is None else retain_graph, create_graph,
@@ -74,8 +85,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         g = capture[node]
         if g is None:
             if not allow_unused:
-                raise RuntimeError(f"grad: input {i} (shape {t.shape}) was not used in the graph of the outputs; "
-                                   "pass allow_unused=True to get None for it")
+                raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have been used in the "
+                                   "graph. Set allow_unused=True if this is the desired behavior.")
             out.append(None)
         else:
             # Copy: the captured array may be shared with another path or be the caller's own grad_outputs.

@@ -166,6 +166,11 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
             if not retain_graph:
                 node.release()
             parents = node._parents
+            if node.routes_output:  # output k of a node with several: its own place in that node's gradients
+                if gxs[0] is not None:
+                    _add_output(grads, parents[0], node.k, gxs[0])
+                del g, gxs
+                continue
             if create_graph:
                 for parent, gx, meta in zip(parents, gxs, node._in_meta):
                     if parent is not None and gx is not None:
@@ -258,6 +263,15 @@ def _add(grads, node, g, owned, create_graph):
         grads[node] = (acc, True)
     else:
         grads[node] = (node._be.as_array(prev[0] + g), True)  # NumPy sums 0-d arrays into a scalar
+
+
+def _add_output(grads, node, k, g):
+    """Output k's gradient, for a node with several outputs (``node.n_outputs``): each output has one OutputSlot,
+    which summed what reached it, so a place is filled once. Shared (not owned): the slot passed it on as it came."""
+    entry = grads.get(node)
+    if entry is None:
+        entry = grads[node] = ([None] * node.n_outputs, False)
+    entry[0][k] = g
 
 
 def _run_hooks(node, g, owned, create_graph):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 
 
@@ -47,10 +48,37 @@ class _Mode:
         return False
 
     def __call__(self, fn):
+        if inspect.isgeneratorfunction(fn):
+            return self._around_generator(fn)
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             with self.__class__(*self._args):
                 return fn(*args, **kwargs)
+
+        return wrapper
+
+    def _around_generator(self, fn):
+        """As torch: the mode holds while the generator's body runs, and what the caller had is back while it is
+        suspended at a ``yield`` (values sent in, exceptions thrown in and close() included)."""
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            gen = fn(*args, **kwargs)
+            step, value = gen.send, None
+            try:
+                while True:
+                    with self.__class__(*self._args):
+                        out = step(value)
+                    try:
+                        value, step = (yield out), gen.send
+                    except GeneratorExit:
+                        with self.__class__(*self._args):
+                            gen.close()
+                        raise
+                    except BaseException as e:  # noqa: BLE001 - thrown into us: passed on to the generator
+                        value, step = e, gen.throw
+            except StopIteration as stop:
+                return stop.value
 
         return wrapper
 

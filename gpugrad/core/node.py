@@ -2,7 +2,31 @@
 ``AccumulateGrad`` (the sink of a leaf that requires grad), plus the handles that remove hooks."""
 from __future__ import annotations
 
+import re
 import weakref
+
+
+def freed_error(node):
+    """torch's error for a saved tensor read after backward freed it (its first sentence, then the node's name)."""
+    return RuntimeError(
+        "Trying to backward through the graph a second time (or directly access saved tensors after they have already "
+        f"been freed). The node is {node.name()}. Saved intermediate values of the graph are freed when you call "
+        ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second "
+        "time or if you need to access saved tensors after calling backward.")
+
+
+def modified_error(tensor, producer, now, expected, detail=""):
+    """torch's error for a saved ``tensor`` changed in place since it was saved: its legacy type and shape, the node
+    that made it (None for a leaf; an OutputSlot says which output), and both versions; ``detail`` is gpugrad's."""
+    what = f"[{tensor.type()} [{', '.join(map(str, tensor.shape))}]]"
+    if producer is not None:  # torch 2.13 names the node without its Backward suffix: "output 0 of Exp"
+        nr = producer.k if producer.routes_output else 0
+        what += f", which is output {nr} of {re.sub(r'Backward[0-9]*$', '', producer.name())},"
+    return RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an inplace operation: "
+        f"{what} is at version {now}; expected version {expected} instead. Hint: enable anomaly detection to find "
+        "the operation that failed to compute its gradient, with gpugrad.autograd.set_detect_anomaly(True, "
+        f"check_nan=False).{detail}")
 
 
 class RemovableHandle:
@@ -33,6 +57,7 @@ class Node:
 
     _parents = ()  # the node each input's gradient flows into (None: the input needs none), in input order
     fresh_grads = True  # the VJP returns new arrays (or gy / views of it), never arrays someone else keeps
+    routes_output = False  # an OutputSlot: its gradient goes to one output of a node with several
     _pre_hooks = None  # hooks of the tensor this node produced (register_hook on a non-leaf)
     _retain = None  # weakref to that tensor when it asked to retain_grad()
 
@@ -102,6 +127,61 @@ class AccumulateGrad(Node):
             else:
                 tensor._accumulator = weakref.ref(acc)
         return acc
+
+
+class OutputSlot(Node):
+    """Output ``k`` of ``node``, a node with several outputs (torch's ``output_nr``): the ``_grad_fn`` of that
+    output, so a consumer's edge ``(slot, 0)`` is an ordinary one, and tensor hooks, ``retain_grad`` and
+    ``autograd.grad`` w.r.t. that output live here.  The engine hands the gradient this slot receives to ``node`` as
+    its k-th (``routes_output``); ``node`` then runs once with one gradient per output, None where none came.
+    ``Tensor.grad_fn`` shows ``node`` itself, as torch's."""
+
+    routes_output = True
+    fresh_grads = False  # it passes its gradient on as is
+
+    def __init__(self, node, k, meta):
+        self.node, self.k = node, k
+        self._parents = (node,)
+        self._in_meta = (meta,)
+        self._be = node._be
+
+    @property
+    def next_functions(self):
+        return ((self.node, self.k),)
+
+    def name(self):
+        return self.node.name()
+
+    def run_backward(self, gy, create_graph):
+        return (gy,)
+
+
+class SeveralOutputs:
+    """Mixin of a Node with ``n_outputs`` outputs: one OutputSlot per output (held weakly: an output's tensor holds
+    its slot, and the slot this node), and torch's call of hooks on outputs that got no gradient."""
+
+    n_outputs = 1
+    _slots = None
+
+    def output_slot(self, k, meta):
+        """Output k's slot (``meta``: its (shape, dtype)), made when none is alive."""
+        if self._slots is None:
+            self._slots = [None] * self.n_outputs
+        ref = self._slots[k]
+        slot = ref() if ref is not None else None
+        if slot is None:
+            slot = OutputSlot(self, k, meta)
+            self._slots[k] = weakref.ref(slot)
+        return slot
+
+    def call_hooks_of_unused_outputs(self, grads):
+        """As torch: when this node runs, the hooks of an output that got no gradient are called with None (and may
+        not replace it). The other outputs' hooks ran at their slots, as the gradients came (the engine)."""
+        for ref, g in zip(self._slots or (), grads):
+            slot = ref() if ref is not None and g is None else None
+            for hook in list(slot._pre_hooks or ()) if slot is not None else ():
+                if hook(None) is not None:
+                    raise RuntimeError("can't replace a None gradient with a non-None value")
 
 
 class _LeafHooks:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from gpugrad.backend import backend_of, graphs
 from gpugrad.core import anomaly, forward, forward_state, tensor_xp, trace
 from gpugrad.core.grad_mode import STATE
-from gpugrad.core.node import AccumulateGrad, Node
+from gpugrad.core.node import AccumulateGrad, Node, freed_error, modified_error
 from gpugrad.core.promotion import promoted
 from gpugrad.core.tensor import TensorBase, make
 from gpugrad.core.views import fresh, root_array, shadow, subscribe
@@ -330,23 +330,17 @@ class Op(Node):
     # -- used by the engine -------------------------------------------------------------------------------------
     def _check_saved(self):
         if self._released:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time (or directly access saved tensors after they "
-                f"have already been freed). The node is {self.name()}. Saved intermediate values of the graph are "
-                "freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
-                "backward through the graph a second time or if you need to access saved tensors after calling "
-                "backward.")
-        for ref in self._saved_refs or ():
+            raise freed_error(self)
+        for i, ref in enumerate(self._saved_refs or ()):
             if ref is None:
                 continue
             kind, obj, version = ref
             now = obj[0] if kind.startswith("out") else obj._version_counter[0]
             if now != version:
-                raise RuntimeError(
-                    f"one of the variables needed for gradient computation has been modified by an inplace "
-                    f"operation: {self.name()} saved its {'output' if kind.startswith('out') else 'input'} at "
-                    f"version {version}, but it is now at version {now}. Avoid the in-place change, or .clone() "
-                    "first.")
+                out = kind.startswith("out")
+                raise modified_error(make(self.saved[i], self._be) if out else obj, self if out else obj._grad_fn,
+                                     now, version, f" ({self.name()} saved its {'output' if out else 'input'}: avoid "
+                                     "the in-place change, or .clone() first.)")
 
     def run_backward(self, gy, create_graph: bool):
         """The gradients for the node's edges (the engine's call): the VJP of each input, checked saved values."""

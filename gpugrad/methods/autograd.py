@@ -53,7 +53,18 @@ class AutogradMethods:
 
     @property
     def grad_fn(self):
-        return fresh(self)._grad_fn
+        fn = fresh(self)._grad_fn
+        return fn.node if fn is not None and fn.routes_output else fn  # one output of several: the node itself
+
+    @property
+    def output_nr(self):
+        """Which output of its grad_fn this tensor is (0 for a node's only output, and for leaves)."""
+        fn = fresh(self)._grad_fn
+        return fn.k if fn is not None and fn.routes_output else 0
+
+    def is_inference(self):
+        """Whether the tensor was made under ``inference_mode()`` (it can then never join a graph)."""
+        return self._inference
 
     @property
     def is_leaf(self):

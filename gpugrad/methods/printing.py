@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpugrad.backend.deferred import raise_pending
+from gpugrad.core.forward_state import STATE as _FORWARD
 from gpugrad.dtypes import DEFAULTS, default_complex
 
 
@@ -28,6 +29,9 @@ class PrintingMethods:
             extras.append(f"grad_fn=<{self._grad_fn.name()}>")
         elif self._requires_grad:
             extras.append("requires_grad=True")
+        if self._fw_grad is not None and _FORWARD.level is not None:  # a dual tensor: torch prints its tangent last
+            t = self._fw_grad
+            extras.append(f"tangent={t.item() if not t.ndim else repr(t)}")
         out = "tensor(" + body
         last = len(out) - out.rfind("\n") + 1  # torch's count of the last line, kept exactly so lines break alike
         for e in extras:  # each suffix on its own line where it would pass torch's 80 columns

@@ -63,8 +63,14 @@ def logsumexp(x, axis=-1, keepdims=False):
 
 
 def linear(input, weight, bias=None):
-    """y = x @ weightᵀ + bias, weight (out, in)."""
+    """y = x @ weightᵀ + bias, weight (out, in). As torch, the three must share a dtype (no promotion)."""
     return Linear.apply(input, weight, bias) if bias is not None else Linear.apply(input, weight)
+
+
+def _type_name(t):
+    """torch's short scalar-type name ("Float", "Double", "Int"), from the legacy type name."""
+    return t.type().rsplit(".", 1)[1][:-len("Tensor")]
+
 
 
 def bias_act(x, bias, activation="relu", *params):
@@ -149,9 +155,9 @@ def _class_targets(input, target, op):
     """(rows of the input as (N, C) with the class axis last, class ids (N,), the per-element loss shape): input
     (N, C), (C,) with a 0-d target, or (N, C, d1, ...) with target (N, d1, ...), as torch."""
     t = _index_array(target, input, op)
-    if t.dtype.kind not in "iu":
-        raise RuntimeError(f"{op}: expected target dtype to be Long or Byte, but got {t.dtype}: class-index targets "
-                           "hold integers (probability targets must have the input's shape)")
+    if t.dtype not in (np.int64, np.uint8):  # as torch: int32 class ids are refused, not converted
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(Tensor._wrap(t))} ({op}: class-index targets are "
+                           "int64, e.g. target.long(); probability targets have the input's shape)")
     if input.ndim == 0:
         raise ValueError(f"{op}: input must have a class axis (C,), (N, C) or (N, C, d1, ...), got a 0-d input")
     if input.ndim == 1:

@@ -154,6 +154,27 @@ def _can_view(shape, strides, new_shape):
     return view_d == -1
 
 
+# torch's names of the dtypes in its matmul errors: C++ ("double != float") and short ("Double and Float")
+_C_NAMES = {"float64": "double", "float32": "float", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+            "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char", "uint8": "unsigned char"}
+_SHORT_NAMES = {"float64": "Double", "float32": "Float", "float16": "Half", "bfloat16": "BFloat16", "int64": "Long",
+                "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte"}
+
+
+def _same_dtypes(x, w, b):
+    """As torch, linear's input, weight and bias share one dtype (no promotion): torch's addmm / matmul errors."""
+    names = {a.dtype.name for a in (x, w) + ((b,) if b is not None else ())}
+    if len(names) == 1:
+        return
+    detail = f" (linear: input {x.dtype}, weight {w.dtype}, bias {None if b is None else b.dtype}; convert with .to)"
+    if b is None:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_C_NAMES.get(x.dtype.name)} != "
+                           f"{_C_NAMES.get(w.dtype.name)}{detail}")
+    which, t = ("self", b) if b.dtype != w.dtype else ("mat1", x)  # torch's order: the bias, then the input
+    raise RuntimeError(f"{which} and mat2 must have the same dtype, but got {_SHORT_NAMES.get(t.dtype.name)} and "
+                       f"{_SHORT_NAMES.get(w.dtype.name)}{detail}")
+
+
 @register("linear")
 class Linear(KernelOp):
     """y = x @ wᵀ + b (b optional, a keyword-less third input).  AddmmBackward0 as in torch.
@@ -166,6 +187,7 @@ class Linear(KernelOp):
     batched_jvp = True
 
     def _fwd(self, impl, xp, x, w, b=None):
+        _same_dtypes(x, w, b)
         if x.shape[-1] != w.shape[-1] or w.ndim != 2 or (b is not None and b.shape != (w.shape[0],)):
             raise ValueError(f"linear: input {x.shape}, weight {w.shape}, bias {None if b is None else b.shape}: "
                              "expected input (..., in), weight (out, in), bias (out,); the input's last axis must "

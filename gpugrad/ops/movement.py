@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from gpugrad.backend import deferred
 from gpugrad.core.args import basic_key, canonical_axis, dims, index_array, sizes
+from gpugrad.core.node import Node, SeveralOutputs, grad_edge
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
-from gpugrad.core.tensor import TensorBase, new
+from gpugrad.core.tensor import TensorBase, make, new
 from gpugrad.core.views import mark_view, shares_memory, writable_broadcast
 
 
@@ -338,3 +339,31 @@ class Gather(Op):
         """torch.gather: ``out[i][j] = input[index[i][j]][j]`` for dim 0, and so on."""
         idx = index_array(index, input, "gather")
         return Gather.apply(input, index=idx, axis=dims(dim, False, kw, "gather")["axis"])
+
+
+class Pieces(SeveralOutputs, Node):
+    """The one node of the views ``unbind`` and ``split`` return, as torch's (UnbindBackward0, SplitBackward0,
+    SplitWithSizesBackward0): each piece is one of its outputs, so a hook on a piece that got no gradient is called
+    with None when another piece's gradient arrives, as in torch.  VJP: the pieces' gradients (zeros where one got
+    none) stacked (unbind) or concatenated (split) along the axis."""
+
+    def __init__(self, input, pieces, axis, stacked, name):
+        self._be, self.axis, self.stacked, self._name = input._backend, axis, stacked, name
+        self.n_outputs = len(pieces)
+        self.next_functions = ((grad_edge(input), 0),)
+        self._in_meta = ((input._data.shape, input._data.dtype),)
+        self._metas = [(p._data.shape, p._data.dtype) for p in pieces]
+        for k, p in enumerate(pieces):
+            p._grad_fn = self.output_slot(k, self._metas[k])
+
+    def name(self):
+        return self._name
+
+    def run_backward(self, grads, create_graph):
+        self.call_hooks_of_unused_outputs(grads)
+        xp = self._be.xp
+        if create_graph:
+            parts = [g if g is not None else make(xp.zeros(*m), self._be) for g, m in zip(grads, self._metas)]
+            return ((Stack if self.stacked else Cat).apply(*parts, axis=self.axis),)
+        parts = [g if g is not None else xp.zeros(*m) for g, m in zip(grads, self._metas)]
+        return ((xp.stack if self.stacked else xp.concatenate)(parts, axis=self.axis),)

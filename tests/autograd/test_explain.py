@@ -119,9 +119,37 @@ def test_forward_only_report_and_a_freed_graph():
     y = a * b
     r = explain(y, after_backward=False)
     assert r.of(y).grad is None and r.of(a).grad is None and [float(i.local) for i in r.of(y).inputs] == [-3, 2]
-    y.backward()  # frees the saved values
+    y.backward()  # frees the saved values: explain recomputes them from the leaves, as they still are
     r = explain(y)
-    assert "retain_graph=True" in r.note and r.of(a).grad is None and r.of(y).value == -6
+    assert "freed" in r.note and float(r.of(a).grad) == -3 and float(r.of(b).grad) == 2 and r.of(y).value == -6
+    assert [float(i.local) for i in r.of(y).inputs] == [-3, 2]
+    with gpugrad.no_grad():
+        a.add_(1)  # an optimizer step: the recomputed values would no longer be those backward() saw
+    r = explain(y)
+    assert "changed since" in r.note and "retain_graph=True" in r.note and r.of(a).grad is None
+
+
+def test_explain_after_backward_shows_paths_and_their_sum():
+    """After a plain backward(): every node's incoming gradient and each path's share, equal to those of a retained
+    graph (and to .grad), for a graph with a shared leaf, an op that saves its output, and a reduction."""
+    def build():
+        x = gpugrad.tensor([0.5, -1.0, 2.0], dtype=gpugrad.float64, requires_grad=True)
+        w = gpugrad.tensor(1.5, dtype=gpugrad.float64, requires_grad=True)
+        return x, w, ((x * w).exp() + x.sin() * w).sum()
+
+    x, w, y = build()
+    kept = explain(y)  # the graph still holds its saved values
+    y.backward()
+    r = explain(y)
+    assert "freed" in r.note
+    for t in (x, w):
+        np.testing.assert_allclose(r.of(t).grad, kept.of(t).grad, rtol=1e-12)
+        np.testing.assert_allclose(r.of(t).grad, t.grad.numpy(), rtol=1e-12)
+        assert [(s, k, c.tolist()) for s, k, c in r.of(t).received] == \
+            [(s, k, c.tolist()) for s, k, c in kept.of(t).received]
+    assert len(r.of(x).received) == 2  # one contribution per path, from exp(x * w) and from sin(x) * w
+    xs, ws = x.detach().numpy(), float(w)
+    np.testing.assert_allclose(x.grad.numpy(), ws * np.exp(xs * ws) + ws * np.cos(xs), rtol=1e-12)
 
 
 def test_the_graph_and_user_state_survive_explain():

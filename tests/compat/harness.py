@@ -8,6 +8,7 @@ the snippet raises, the exception type.
 
 A snippet returns anything built of Tensors, numbers, strings, None, dtypes, devices and (named) tuples/lists/dicts
 of those. ``compat`` makes it a test; torch missing skips it with a reason. Tolerances are per dtype.
+``check_raises_as_torch`` is for errors whose wording matters: the type, and torch's first sentence first.
 """
 from __future__ import annotations
 
@@ -109,6 +110,26 @@ def check(snippet):
             f"error types differ: torch {type(theirs).__name__} ({theirs}), gpugrad {type(ours).__name__} ({ours})"
         return
     compare(ours, theirs, torch)
+
+
+def first_sentence(message):
+    """A message up to its first ". " (all of it when it has none), as torch's tests match it."""
+    head, dot, _ = message.partition(". ")
+    return head + dot.strip()
+
+
+def check_raises_as_torch(snippet):
+    """``snippet`` raises with torch and with gpugrad: the same exception type, and gpugrad's message starts with
+    torch's first sentence (``torch.`` read as ``gpugrad.``); gpugrad may add its detail after it."""
+    torch = _torch()
+    theirs, ours = run(snippet, torch), run(snippet, gpugrad)
+    assert isinstance(theirs, Exception), f"torch did not raise: it returned {theirs!r}"
+    assert isinstance(ours, Exception), f"gpugrad did not raise: it returned {ours!r} (torch: {theirs})"
+    assert isinstance(ours, type(theirs)), \
+        f"error types differ: torch {type(theirs).__name__} ({theirs}), gpugrad {type(ours).__name__} ({ours})"
+    want = first_sentence(str(theirs)).replace("torch.", "gpugrad.")
+    assert str(ours).startswith(want), f"gpugrad's message does not start with torch's first sentence:\n  torch:   " \
+                                       f"{theirs}\n  gpugrad: {ours}"
 
 
 def compat(snippet):

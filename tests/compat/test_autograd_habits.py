@@ -693,3 +693,229 @@ def test_item_and_tolist_of_a_tensor_that_requires_grad(torch):
 @compat
 def test_numpy_of_a_tensor_that_requires_grad_raises(torch):
     _x(torch).numpy()
+
+
+# --- grad modes on generator functions ----------------------------------------------------------------------------
+
+@compat
+def test_grad_mode_decorators_on_generators_hold_across_yield(torch):
+    x = _x(torch)
+
+    @torch.no_grad()
+    def frozen():
+        received = yield (x * 2).requires_grad, torch.is_grad_enabled()
+        yield received, (x * 2).requires_grad
+
+    @torch.enable_grad()
+    def recording():
+        yield (x * 2).requires_grad
+
+    @torch.inference_mode()
+    def inferring():
+        yield torch.ones(1).is_inference(), torch.is_inference_mode_enabled()
+
+    @torch.set_grad_enabled(False)
+    def disabled():
+        yield torch.is_grad_enabled()
+
+    gen = frozen()
+    first = next(gen)
+    outside = torch.is_grad_enabled(), (x * 2).requires_grad  # suspended at a yield: the caller's mode is back
+    second = gen.send("sent")
+    with torch.no_grad():
+        inner = list(recording())
+    return first, outside, second, inner, list(inferring()), list(disabled()), torch.is_grad_enabled()
+
+
+@compat
+def test_grad_mode_generator_sees_exceptions_and_close(torch):
+    @torch.no_grad()
+    def gen():
+        try:
+            yield torch.is_grad_enabled()
+        except ValueError:
+            yield "caught", torch.is_grad_enabled()
+        finally:
+            seen.append(torch.is_grad_enabled())
+
+    seen = []
+    g = gen()
+    out = [next(g), g.throw(ValueError("x")), torch.is_grad_enabled()]
+    g.close()
+    return out, seen, torch.is_grad_enabled()
+
+
+# --- hooks on unbind and split outputs --------------------------------------------------------------------------
+
+@compat
+def test_hooks_on_unbind_outputs_that_get_no_gradient_see_none(torch):
+    x = _x(torch) * 1
+    a, b, c = x.unbind()
+    calls = []
+    a.register_hook(lambda g: calls.append(("a", g)))
+    b.register_hook(lambda g: calls.append(("b", g)))
+    c.register_hook(lambda g: calls.append(("c", g)))
+    (b * 2).backward()
+    # NOTE: sorted: gpugrad runs b's hook as its gradient arrives, torch all three in the order registered (README)
+    return sorted(calls, key=lambda c: c[0]), a.grad_fn.name(), a.grad_fn is c.grad_fn, [t.output_nr for t in (a, b, c)]
+
+
+@compat
+def test_grad_with_respect_to_a_hooked_unbind_output(torch):
+    """A hook on the output differentiated: its change is captured when the node does not run, not when it runs."""
+    x = _x(torch)
+    a, b, c = (x * 1).unbind()
+    b.register_hook(lambda g: g * 10)
+    return torch.autograd.grad(b * 3, b), torch.autograd.grad(b * 3 + a, [b, x])
+
+
+@compat
+def test_hooks_on_split_and_chunk_outputs(torch):
+    x = torch.arange(6.0, requires_grad=True) * 1
+    calls = []
+    first, second = x.split(3)
+    first.register_hook(lambda g: calls.append(("split", g)))
+    p, q, r = x.chunk(3)
+    r.register_hook(lambda g: calls.append(("chunk", g)))
+    s, t = x.split([2, 4])
+    s.register_hook(lambda g: calls.append(("sizes", g)))
+    (second.sum() + p.sum() + t.sum()).backward()
+    return calls, second.grad_fn.name(), s.grad_fn.name(), x.grad_fn.name()
+
+
+@compat
+def test_a_hook_may_not_replace_a_missing_gradient(torch):
+    a, b = (_x(torch, 1.0, 2.0) * 1).unbind()
+    a.register_hook(lambda g: torch.tensor(5.0))
+    b.backward()
+
+
+@compat
+def test_unbind_gradients_and_their_second_order(torch):
+    x = _x(torch, 1.0, 2.0, 3.0)
+    a, b, c = (x * x).unbind()
+    (g,) = torch.autograd.grad(a * 3 + c, x, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), x)
+    return g, h
+
+
+@compat
+def test_retain_grad_on_an_unbind_output_without_gradient(torch):
+    a, b = (_x(torch, 1.0, 2.0) * 1).unbind()
+    a.retain_grad()
+    b.retain_grad()
+    (b * 3).backward()
+    return a.grad, b.grad
+
+
+# --- dual tensors, legacy names, gradcheck's module --------------------------------------------------------------
+
+def _printed(torch, t):
+    return repr(t).replace(torch.__name__ + ".", "torch.")
+
+
+@compat
+def test_a_dual_tensor_prints_its_tangent(torch):
+    fwd = torch.autograd.forward_ad
+    with fwd.dual_level():
+        out = [_printed(torch, fwd.make_dual(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]))),
+               _printed(torch, fwd.make_dual(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[3.0, 4.0],
+                                                                                                  [1.5, 2.0]]))),
+               _printed(torch, fwd.make_dual(torch.tensor([1.0, 2.0], dtype=torch.float64),
+                                             torch.tensor([3.0, 4.0], dtype=torch.float64))),
+               _printed(torch, fwd.make_dual(torch.tensor(1.5), torch.tensor(2.25))),
+               _printed(torch, fwd.make_dual(torch.tensor(0.1), torch.tensor(0.1))),
+               _printed(torch, fwd.make_dual(_x(torch), torch.tensor([3.12345, 4.0, 5.0]))),
+               _printed(torch, fwd.make_dual(torch.arange(12.0).reshape(3, 4) * 1.5, torch.ones(3, 4) / 4)),
+               _printed(torch, fwd.make_dual(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 1.0])) * 2)]
+        str_form = str(fwd.make_dual(torch.tensor([1.0]), torch.tensor([2.0]))).replace(torch.__name__, "torch")
+    return out, str_form
+
+
+@compat
+def test_variable_is_the_legacy_wrapper(torch):
+    Variable = torch.autograd.Variable
+    t = torch.ones(2)
+    v = Variable(t, requires_grad=True)
+    with torch.no_grad():
+        v.add_(1)
+    x = torch.ones(2, requires_grad=True) * 2
+    w = Variable(x)
+    return (type(v) is torch.Tensor, v is t, v.requires_grad, t.requires_grad, t, v._version == t._version,
+            isinstance(t, Variable), w.grad_fn, w.is_leaf, Variable(x, requires_grad=True).requires_grad)
+
+
+@compat
+def test_variable_of_a_list_raises(torch):
+    torch.autograd.Variable([1.0, 2.0])
+
+
+@compat
+def test_is_inference(torch):
+    with torch.inference_mode():
+        i = torch.ones(2)
+    t = torch.ones(2)
+    return i.is_inference(), torch.is_inference(i), t.is_inference(), torch.is_inference(t)
+
+
+@compat
+def test_gradcheck_is_the_function_and_its_module_is_importable(torch):
+    import importlib  # noqa: PLC0415 - the module by its torch name, in the library under test
+    module = importlib.import_module(torch.__name__ + ".autograd.gradcheck")
+    x = torch.tensor([0.3, -0.7], dtype=torch.float64, requires_grad=True)
+    return (callable(torch.autograd.gradcheck), module.gradcheck is torch.autograd.gradcheck,
+            torch.autograd.gradcheck(lambda t: t.sin() * t, (x,)), callable(torch.autograd.gradcheck),
+            issubclass(module.GradcheckError, RuntimeError))
+
+
+@compat
+def test_gradgradcheck_of_smooth_functions(torch):
+    a = torch.tensor([0.3, -0.7, 1.1], dtype=torch.float64, requires_grad=True)
+    b = torch.tensor([[0.5, 2.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    return (torch.autograd.gradgradcheck(lambda t: (t.sin() * t).exp(), (a,)),
+            torch.autograd.gradgradcheck(lambda s, t: (s * t).tanh(), (a, b)),
+            torch.autograd.gradgradcheck(lambda t: t ** 3, (a,), (torch.ones(3, dtype=torch.float64,
+                                                                             requires_grad=True),)))
+
+
+@compat
+def test_gradgradcheck_finds_a_wrong_second_derivative(torch):
+    class WrongSecond(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3 * x.detach() ** 2  # right value, but detached: its own derivative is lost
+
+    x = torch.tensor([0.3, -0.7], dtype=torch.float64, requires_grad=True)
+    first = torch.autograd.gradcheck(WrongSecond.apply, (x,))
+    second = torch.autograd.gradgradcheck(WrongSecond.apply, (x,), raise_exception=False)
+    return first, second
+
+
+@compat
+def test_gradcheck_with_forward_ad_of_a_custom_function(torch):
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            ctx.save_for_forward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * g * x
+
+        @staticmethod
+        def jvp(ctx, t):
+            (x,) = ctx.saved_tensors
+            return 2 * t * x
+
+    x = torch.tensor([0.3, -0.7], dtype=torch.float64, requires_grad=True)
+    return torch.autograd.gradcheck(Square.apply, (x,), check_forward_ad=True), \
+        torch.autograd.gradcheck(Square.apply, (x,), check_forward_ad=True, check_backward_ad=False)
