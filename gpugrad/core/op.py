@@ -15,7 +15,7 @@ from __future__ import annotations
 import numbers
 
 from gpugrad.backend import backend_of, graphs
-from gpugrad.core import anomaly, forward, forward_state, tensor_xp, trace
+from gpugrad.core import anomaly, batching, forward, forward_state, tensor_xp, trace
 from gpugrad.core.grad_mode import STATE
 from gpugrad.core.node import AccumulateGrad, Node
 from gpugrad.core.promotion import promoted
@@ -25,6 +25,7 @@ from gpugrad.core.views import fresh, root_array, shadow, subscribe
 _NO_GRAD = [(False,) * n for n in range(8)]
 _FORWARD = forward_state.STATE
 _ANOMALY = anomaly.STATE
+_BATCHING = batching.STATE
 _new = object.__new__
 BACKENDS = ("cpu", "cuda")
 
@@ -95,6 +96,10 @@ class Op(Node):
     def apply(cls, *args, **params):
         """Run the op on ``args`` (Tensors and Python numbers) with keyword ``params``; the result records a node
         when grad mode is on and an input requires grad."""
+        if _BATCHING.dispatch is not None:  # inside gpugrad.func.vmap: a batched input goes to its batching rule
+            out = _BATCHING.dispatch(cls, args, params)
+            if out is not None:
+                return out
         # The fast path: one pass over the inputs that finds the backend, whether to record, and whether anything
         # rare is going on (a view to re-derive, a dtype to promote, two devices); then the forward and the node.
         be = None
