@@ -109,9 +109,14 @@ _WARNED = set()
 
 
 def warn_once(key, message):
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, UserWarning, stacklevel=3)
+    """A UserWarning the first time ``key`` comes up, pointing at the user's line that led here."""
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    f, level = sys._getframe(1), 2
+    while f is not None and f.f_code.co_filename.startswith(_PKG):
+        f, level = f.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level)
 
 
 class SampleArray:

@@ -140,10 +140,11 @@ def _hide(g, levels):
 
 
 def _strip_all(tree, outside):
-    if outside:
-        return tree
     leaves, spec = pytree.flatten(tree)
-    return pytree.unflatten([detached(t) if isinstance(t, TensorBase) else t for t in leaves], spec)
+    for t in leaves:
+        if not isinstance(t, TensorBase):
+            raise RuntimeError(f"Expected tensors, got unsupported type {type(t)}")
+    return tree if outside else pytree.unflatten([detached(t) for t in leaves], spec)
 
 
 # -- the transforms --------------------------------------------------------------------------------------------
