@@ -71,15 +71,16 @@ def test_vmap_vs_loop(benchmark, name, impl):
 def ratio(lib, name, batch, repeats):
     loop, vmapped = runners(lib, name, batch)
     loop(), vmapped()  # warm-up
-    ratios = []
+    ratios, times = [], {"loop": [], "vmap": []}
     for r in range(repeats):
-        times = {}
+        once = {}
         for which, fn in ((("loop", loop), ("vmap", vmapped)) if r % 2 else (("vmap", vmapped), ("loop", loop))):
             t0 = time.perf_counter()
             fn()
-            times[which] = time.perf_counter() - t0
-        ratios.append(times["loop"] / times["vmap"])
-    return statistics.median(ratios), min(ratios), max(ratios)
+            once[which] = time.perf_counter() - t0
+            times[which].append(once[which])
+        ratios.append(once["loop"] / once["vmap"])
+    return statistics.median(ratios), min(ratios), max(ratios), {k: statistics.median(v) for k, v in times.items()}
 
 
 def main():
@@ -95,9 +96,9 @@ def main():
         pass
     for name in WORKLOADS:
         for lib in libs:
-            med, lo, hi = ratio(lib, name, args.batch, args.repeats)
+            med, lo, hi, t = ratio(lib, name, args.batch, args.repeats)
             print(f"{lib.__name__:8s} {name:16s} batch {args.batch}: loop / vmap = {med:.1f}x (min {lo:.1f}, "
-                  f"max {hi:.1f})")
+                  f"max {hi:.1f}); median loop {t['loop'] * 1e3:.2f} ms, vmap {t['vmap'] * 1e3:.2f} ms")
 
 
 if __name__ == "__main__":
