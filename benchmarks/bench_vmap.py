@@ -24,7 +24,9 @@ WORKLOADS = ("elementwise", "matmul", "per_sample_grad")
 def _workload(lib, name, batch):
     """(function of one sample, its batched inputs, in_dims) for ``lib`` (gpugrad or torch)."""
     rng = np.random.default_rng(0)
-    t = lambda a: lib.tensor(a.astype(np.float32))  # noqa: E731
+
+    def t(a):
+        return lib.tensor(a.astype(np.float32))
     if name == "elementwise":
         def f(x):
             y = x.sin() * x.exp() + (x * 0.5).tanh()

@@ -16,7 +16,17 @@ from gpugrad.core.tensor import TensorBase
 from gpugrad.creation import zeros_like
 from gpugrad.func import pytree
 from gpugrad.func.batched import ACTIVE, batched, full, levels_of, merge
-from gpugrad.func.reverse import _check_outputs, _strip_all, _vjp, basis, check_argnums, grad, put_argnums, take_argnums
+from gpugrad.func.reverse import (
+    _check_outputs,
+    _strip_all,
+    _vjp,
+    basis,
+    call_with_aux,
+    check_argnums,
+    grad,
+    put_argnums,
+    take_argnums,
+)
 from gpugrad.func.vmap import vmap
 
 _API = "jvp(f, primals, tangents)"
@@ -83,12 +93,8 @@ def _forward(func, args, nums, spec, flat_p, flat_t, fast, strict, has_aux):
                 both = merge(levels_of(p), levels_of(t))
                 duals.append(batched(both, forward_ad.make_dual(full(p, both) if both else p,
                                                                 full(t, both) if both else t)))
-        out = func(*put_argnums(args, nums, pytree.unflatten(duals, spec)))
-        aux = None
+        out, aux = call_with_aux(func, put_argnums(args, nums, pytree.unflatten(duals, spec)), has_aux, _API)
         if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise RuntimeError(f"{_API}: output of function f should be a tuple: (output, aux) if has_aux is True")
-            out, aux = out
             _strip_all(aux, True)  # (tensors only, as torch)
         flat_out, out_spec = pytree.flatten(out)
         _check_outputs(flat_out, _API)
@@ -101,8 +107,8 @@ def _forward(func, args, nums, spec, flat_p, flat_t, fast, strict, has_aux):
             tlevels = lo
             if tangent is None:
                 if strict:
-                    raise RuntimeError("jvp(f, primals, tangents, strict=True): The output of f is independent of the inputs. "
-                                       "This is not allowed with strict=True.")
+                    raise RuntimeError("jvp(f, primals, tangents, strict=True): The output of f is independent of "
+                                       "the inputs. This is not allowed with strict=True.")
                 tangent = zeros_like(primal)
             elif fast is not None:
                 tangent, tlevels = tangent.movedim(0, len(lo)), lo + (fast,)

@@ -139,6 +139,26 @@ def _hide(g, levels):
     return batched(both, v.permute(*(order.index(lv) for lv in both), *range(len(both), v.ndim)))
 
 
+def call_with_aux(func, args, has_aux, api, kwargs=None):
+    """(output, aux) of ``func(*args)``: aux None without has_aux."""
+    out = func(*args, **(kwargs or {}))
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise RuntimeError(f"{api}: output of function f should be a tuple: (output, aux) if has_aux is True")
+    return out
+
+
+def _call(func, args, nums, levels, has_aux, api, kwargs=None):
+    """func with its arguments ``nums`` made differentiable: (output, aux, the tensors to take gradients for, the
+    structure of those arguments)."""
+    flat, spec = pytree.flatten(take_argnums(args, nums))
+    made = [differentiable(x, levels) for x in flat]
+    out, aux = call_with_aux(func, put_argnums(args, nums, pytree.unflatten([m[0] for m in made], spec)), has_aux,
+                             api, kwargs)
+    return out, aux, [m[1] for m in made], spec
+
+
 def _strip_all(tree, outside):
     leaves, spec = pytree.flatten(tree)
     for t in leaves:
@@ -156,15 +176,7 @@ def grad_and_value(func, argnums=0, has_aux=False):
         levels, grad_mode = active_ids(), is_grad_enabled()
         nums = check_argnums(argnums, len(args))
         with enable_grad():
-            flat, spec = pytree.flatten(take_argnums(args, nums))
-            made = [differentiable(x, levels) for x in flat]
-            output = func(*put_argnums(args, nums, pytree.unflatten([m[0] for m in made], spec)), **kwargs)
-            aux = None
-            if has_aux:
-                if not (isinstance(output, tuple) and len(output) == 2):
-                    raise RuntimeError("grad_and_value(f)(*args): output of function f should be a tuple: (output, "
-                                       "aux) if has_aux is True")
-                output, aux = output
+            output, aux, leaves, spec = _call(func, args, nums, levels, has_aux, "grad_and_value(f)(*args)", kwargs)
             if not isinstance(output, TensorBase):
                 raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got "
                                    f"{type(output)}")
@@ -172,7 +184,6 @@ def grad_and_value(func, argnums=0, has_aux=False):
                 raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got "
                                    f"tensor with {output.dim()} dims. Maybe you wanted to use the vjp or jacrev APIs "
                                    "instead?")
-            leaves = [m[1] for m in made]
             value = full(output, levels) if levels else output
             outside = reaches_outside([value], leaves)
             gs = backward([value], leaves, [ones_like(value)], outside, grad_mode)
@@ -205,15 +216,7 @@ def _vjp(func, args, argnums, has_aux):
     levels = active_ids()
     nums = tuple(range(len(args))) if argnums is None else check_argnums(argnums, len(args))
     with enable_grad():
-        flat, spec = pytree.flatten(take_argnums(args, nums))
-        made = [differentiable(x, levels) for x in flat]
-        out = func(*put_argnums(args, nums, pytree.unflatten([m[0] for m in made], spec)))
-        aux = None
-        if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise RuntimeError("vjp(f, *primals): output of function f should be a tuple: (output, aux) if "
-                                   "has_aux is True")
-            out, aux = out
+        out, aux, leaves, spec = _call(func, args, nums, levels, has_aux, "vjp(f, *primals)")
         flat_out, out_spec = pytree.flatten(out)
         _check_outputs(flat_out, "vjp(f, *primals)")
         for o in flat_out:
@@ -221,7 +224,6 @@ def _vjp(func, args, argnums, has_aux):
                 raise RuntimeError(f"vjp(f, ...): All outputs of f must be floating-point or complex Tensors, got "
                                    f"Tensor with dtype {o.dtype}")
         values = [full(o, levels) if levels else o for o in flat_out]
-    leaves = [m[1] for m in made]
     outside = reaches_outside(values, leaves)
 
     def vjp_fn(cotangents, retain_graph=True, create_graph=None):

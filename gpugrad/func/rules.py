@@ -194,7 +194,7 @@ def index(call):
     where = [i for i, e in enumerate(keys) if _advanced(e) and not isinstance(e, slice)]
     if where == list(range(where[0], where[-1] + 1)):
         return call.wrap(out)
-    r = max((1 if getattr(e, "dtype", None) == bool else getattr(e, "ndim", 0)) for e in keys if _advanced(e))
+    r = max((1 if getattr(e, "dtype", None) == np.bool_ else getattr(e, "ndim", 0)) for e in keys if _advanced(e))
     return call.wrap(out.permute(*range(r, r + k), *range(r), *range(r + k, out.ndim)))
 
 

@@ -85,7 +85,8 @@ def test_tied_weights(torch):
                                        (lib.tensor(X),)),
     lambda lib, fn: fn.functional_call(Net(lib), {"first.weight": lib.tensor(W), "nothing": lib.tensor(W)},
                                        (lib.tensor(X),), strict=True),
-    lambda lib, fn: fn.functional_call(Net(lib), [{"shift": lib.tensor(B)}, {"shift": lib.tensor(B)}], (lib.tensor(X),)),
+    lambda lib, fn: fn.functional_call(Net(lib), [{"shift": lib.tensor(B)}, {"shift": lib.tensor(B)}],
+                                       (lib.tensor(X),)),
     lambda lib, fn: fn.functional_call(Net(lib), [{"shift": lib.tensor(B)}, 3], (lib.tensor(X),)),
     lambda lib, fn: fn.functional_call(Net(lib), 3, (lib.tensor(X),)),
 ], ids=["tied_twice", "strict", "repeated_key", "not_a_dict", "not_dicts"])

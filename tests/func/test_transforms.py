@@ -62,7 +62,8 @@ def test_has_aux(torch):
         return fn.grad(f, has_aux=True)(x, y), fn.grad_and_value(f, has_aux=True)(x, y), \
             fn.vjp(lambda a: (a.sin(), a.cos()), x, has_aux=True)[::2], \
             fn.jvp(lambda a: (a.sin(), a.cos()), (x,), (y,), has_aux=True), \
-            fn.jacrev(lambda a: (a.sin(), a.cos()), has_aux=True)(x), fn.jacfwd(lambda a: (a.sin(), a.cos()), has_aux=True)(x)
+            fn.jacrev(lambda a: (a.sin(), a.cos()), has_aux=True)(x), \
+            fn.jacfwd(lambda a: (a.sin(), a.cos()), has_aux=True)(x)
     assert_same(*both(torch, run))
 
 
@@ -159,7 +160,8 @@ def test_results_carry_a_graph_only_to_tensors_outside(torch):
         x, y = _args(lib)
         p = lib.tensor(W[0], requires_grad=True)
         plain = [fn.grad(scalar(lib))(x, y), fn.jacrev(vector(lib))(x), fn.jacfwd(vector(lib))(x),
-                 fn.hessian(scalar(lib))(x, y), fn.vjp(vector(lib), x)[0], fn.vmap(fn.grad(scalar(lib)))(x[None], y[None])]
+                 fn.hessian(scalar(lib))(x, y), fn.vjp(vector(lib), x)[0],
+                 fn.vmap(fn.grad(scalar(lib)))(x[None], y[None])]
         g = fn.grad(lambda a: (a.sin() * p).sum())(x)
         g.pow(2).sum().backward()
         return [t.requires_grad for t in plain], g.requires_grad, p.grad
@@ -207,7 +209,8 @@ def test_grad_through_a_vmapped_loss_matches_finite_differences():
     lambda lib, fn: fn.jvp(lambda a: a.sin(), (lib.tensor(X),), (lib.tensor(W),)),
     lambda lib, fn: fn.jvp(lambda a: lib.tensor(Y), (lib.tensor(X),), (lib.tensor(X),), strict=True),
     lambda lib, fn: fn.jacrev(lambda a: a.sin(), chunk_size=0),
-], ids=["non_scalar", "non_tensor", "argnum_range", "argnums_repeat", "argnums_empty", "argnums_list", "aux_shape", "aux_type",
+], ids=["non_scalar", "non_tensor", "argnum_range", "argnums_repeat", "argnums_empty", "argnums_list", "aux_shape",
+        "aux_type",
         "non_tensor_input", "cotangent_structure", "vjp_non_tensor", "primals_not_tuple", "tangent_structure",
         "tangent_shape", "strict", "chunk_size"])
 def test_errors_match_torch(torch, call):

@@ -34,7 +34,10 @@ FUNCTIONS = {
 
 @pytest.mark.parametrize("name", FUNCTIONS)
 def test_vmap_on_cuda_matches_the_cpu(name):
-    outs = [vmap(lambda x, t=on(d): FUNCTIONS[name](t, x))(on(d)(X)) for d in ("cpu", "cuda")]
+    outs = []
+    for d in ("cpu", "cuda"):
+        t = on(d)
+        outs.append(vmap(lambda x, t=t: FUNCTIONS[name](t, x))(t(X)))
     assert outs[1].device.type == "cuda"
     np.testing.assert_allclose(outs[1].cpu().numpy(), outs[0].numpy(), rtol=2e-5, atol=1e-5)
 
@@ -52,7 +55,7 @@ def test_per_sample_gradients_and_jacobians_on_cuda():
     outs = []
     for d in ("cpu", "cuda"):
         w, x = on(d)(W), on(d)(X[0])
-        outs.append((vmap(grad(loss), in_dims=(None, 0))(w, x), vmap(jacrev(lambda r: F.linear(r, w).tanh()))(x)))
+        outs.append((vmap(grad(loss), in_dims=(None, 0))(w, x), vmap(jacrev(lambda r, w=w: F.linear(r, w).tanh()))(x)))
     for cpu, cuda in zip(*outs):
         assert cuda.device.type == "cuda"
         np.testing.assert_allclose(cuda.cpu().numpy(), cpu.numpy(), rtol=2e-5, atol=1e-6)
