@@ -120,7 +120,8 @@ def warn_once(key, message):
 
 
 class SampleArray:
-    """A batched tensor's ``_data``: one sample's metadata; any read of values raises ``NeedsPerSample``."""
+    """A batched tensor's ``_data``: one sample's metadata, and its reshapes and casts (those of the tensor); any read
+    of values raises ``NeedsPerSample``."""
 
     __slots__ = ("owner",)
 
@@ -167,6 +168,12 @@ class SampleArray:
     def base(self):  # the memory it views, so shares_memory (reshape's view test) sees the samples' buffer
         return self._array
 
+    def reshape(self, *shape):  # the array of the batched tensor reshaped (the reshape rule makes it)
+        return self.owner.reshape(*shape)._data
+
+    def astype(self, dtype, copy=True):
+        return self.owner.to(dtype=dtype)._data
+
     def _refuse(self, *args, **kwargs):
         raise needs_per_sample(self.owner)
 
@@ -182,7 +189,7 @@ class SampleArray:
     def __cuda_array_interface__(self):  # CuPy asks for it first (hasattr lets this through)
         raise needs_per_sample(self.owner)
 
-    def __getattr__(self, name):  # reshape, astype, copy, sum, ...: all read values
+    def __getattr__(self, name):  # copy, sum, take, ...: all read values
         if name.startswith("__"):
             raise AttributeError(name)
         raise needs_per_sample(self.owner)

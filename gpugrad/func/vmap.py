@@ -134,6 +134,9 @@ def _run(func, flat, flat_in, spec, kwargs, size, out_dims, randomness):
             _HOOKS.dispatch = _HOOKS.on_random = None
     warn_once(("vmap", where), f"vmap: {where} reads the values of a batched tensor, which has no batching rule; vmap "
               f"runs {_name(func)} once per sample instead, which is slow")
+    if not size:
+        raise RuntimeError(f"vmap: {where} reads the values of a batched tensor, and a batch of size 0 has no sample "
+                           f"to run {_name(func)} on")
     outs = [func(*pytree.unflatten([a.select(d, i) if d is not None else a for a, d in zip(flat, flat_in)], spec),
                  **kwargs) for i in range(size)]
     return _stack(func, outs, out_dims)

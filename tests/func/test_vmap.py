@@ -237,3 +237,19 @@ def test_rules_cover_most_of_the_op_table():
     from gpugrad.func.rules import rule_for
     fallback = sorted(n for n, cls in REGISTRY.items() if rule_for(cls) is None)
     assert fallback == ["as_view", "copy_slices", "median"], fallback
+
+
+@pytest.mark.parametrize("shape", [(4, 5), (5,), (2, 5, 3)], ids=["rows", "one_row", "nd"])
+def test_cross_entropy_with_batched_targets_runs_by_its_rule(shape):
+    """Per-sample class ids (a classifier's per-sample loss) take cross-entropy's rule: no per-sample fallback."""
+    rng = np.random.default_rng(6)
+    x = gpugrad.tensor(rng.standard_normal((3,) + shape))
+    t = gpugrad.tensor(rng.integers(0, 5, (3,) + ((shape[0],) + shape[2:] if len(shape) > 1 else ())))
+    w = gpugrad.tensor(rng.uniform(0.5, 2, 5))
+    for reduction in ("mean", "sum", "none"):
+        def loss(a, b):
+            return gpugrad.nn.functional.cross_entropy(a, b, weight=w, reduction=reduction, label_smoothing=0.1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            out = vmap(loss)(x, t)
+        np.testing.assert_allclose(out.numpy(), gpugrad.stack([loss(x[i], t[i]) for i in range(3)]).numpy(), rtol=1e-12)
