@@ -11,17 +11,8 @@ import math
 
 from gpugrad.core.registry import REGISTRY
 from gpugrad.core.tensor import TensorBase
-from gpugrad.func.batched import (
-    BatchedTensor,
-    SampleArray,
-    aligned,
-    batched,
-    check_alive,
-    full,
-    merge,
-    sizes,
-    warn_once,
-)
+from gpugrad.func.batched import BatchedTensor, SampleArray, aligned, batched, full, merge, sizes
+from gpugrad.func.levels import check_alive, warn_once
 from gpugrad.func.rules import rule_for
 
 

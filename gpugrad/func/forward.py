@@ -15,17 +15,18 @@ from gpugrad.core.forward_state import STATE as _FORWARD
 from gpugrad.core.tensor import TensorBase
 from gpugrad.creation import zeros_like
 from gpugrad.func import pytree
-from gpugrad.func.batched import ACTIVE, batched, full, levels_of, merge
+from gpugrad.func.batched import batched, full, levels_of, merge
+from gpugrad.func.levels import ACTIVE
 from gpugrad.func.reverse import (
-    _check_outputs,
-    _strip_all,
-    _vjp,
     basis,
     call_with_aux,
     check_argnums,
+    check_outputs,
+    detached_tree,
     grad,
     put_argnums,
     take_argnums,
+    vjp_with_argnums,
 )
 from gpugrad.func.vmap import vmap
 
@@ -95,9 +96,9 @@ def _forward(func, args, nums, spec, flat_p, flat_t, fast, strict, has_aux):
                                                                 full(t, both) if both else t)))
         out, aux = call_with_aux(func, put_argnums(args, nums, pytree.unflatten(duals, spec)), has_aux, _API)
         if has_aux:
-            _strip_all(aux, True)  # (tensors only, as torch)
+            detached_tree(aux, True)  # (tensors only, as torch)
         flat_out, out_spec = pytree.flatten(out)
-        _check_outputs(flat_out, _API)
+        check_outputs(flat_out, _API)
         primals, tangents = [], []
         for o in flat_out:
             lo = levels_of(o)
@@ -120,7 +121,7 @@ def _forward(func, args, nums, spec, flat_p, flat_t, fast, strict, has_aux):
 
 def _jvp_by_vjp(func, args, nums, flat_t, has_aux):
     """J t = d<J^T u, t>/du at u = 0: a jvp inside an active forward-mode level."""
-    res = _vjp(func, args, nums, has_aux)
+    res = vjp_with_argnums(func, args, nums, has_aux)
     out, vjp_fn = res[:2]
     flat_out, out_spec = pytree.flatten(out)
 

@@ -21,7 +21,8 @@ from gpugrad.core.node import AccumulateGrad
 from gpugrad.core.tensor import TensorBase
 from gpugrad.creation import eye, ones_like, zeros, zeros_like
 from gpugrad.func import pytree
-from gpugrad.func.batched import BatchedTensor, active_ids, batched, full, levels_of, merge
+from gpugrad.func.batched import BatchedTensor, batched, full, levels_of, merge
+from gpugrad.func.levels import active_ids
 from gpugrad.func.vmap import vmap
 
 
@@ -159,7 +160,8 @@ def _call(func, args, nums, levels, has_aux, api, kwargs=None):
     return out, aux, [m[1] for m in made], spec
 
 
-def _strip_all(tree, outside):
+def detached_tree(tree, outside):
+    """A pytree of tensors (torch refuses anything else), detached unless its graph reaches ``outside`` tensors."""
     leaves, spec = pytree.flatten(tree)
     for t in leaves:
         if not isinstance(t, TensorBase):
@@ -188,8 +190,8 @@ def grad_and_value(func, argnums=0, has_aux=False):
             outside = reaches_outside([value], leaves)
             gs = backward([value], leaves, [ones_like(value)], outside, grad_mode)
         grads = pytree.unflatten([batched(levels, g) for g in gs], spec)
-        value = _strip_all(output, outside)
-        return (grads, (value, _strip_all(aux, outside))) if has_aux else (grads, value)
+        value = detached_tree(output, outside)
+        return (grads, (value, detached_tree(aux, outside))) if has_aux else (grads, value)
 
     return wrapper
 
@@ -209,16 +211,16 @@ def grad(func, argnums=0, has_aux=False):
 
 def vjp(func, *primals, has_aux=False):
     """``(func(*primals), vjp_fn)`` (and aux): ``vjp_fn(cotangents)`` gives one gradient per primal, a tuple."""
-    return _vjp(func, primals, None, has_aux)
+    return vjp_with_argnums(func, primals, None, has_aux)
 
 
-def _vjp(func, args, argnums, has_aux):
+def vjp_with_argnums(func, args, argnums, has_aux):
     levels = active_ids()
     nums = tuple(range(len(args))) if argnums is None else check_argnums(argnums, len(args))
     with enable_grad():
         out, aux, leaves, spec = _call(func, args, nums, levels, has_aux, "vjp(f, *primals)")
         flat_out, out_spec = pytree.flatten(out)
-        _check_outputs(flat_out, "vjp(f, *primals)")
+        check_outputs(flat_out, "vjp(f, *primals)")
         for o in flat_out:
             if not o.is_floating_point():
                 raise RuntimeError(f"vjp(f, ...): All outputs of f must be floating-point or complex Tensors, got "
@@ -239,11 +241,11 @@ def _vjp(func, args, argnums, has_aux):
                       retain_graph, create_graph)
         return pytree.unflatten([_hide(g, levels) for g in gs], spec)
 
-    primal = pytree.unflatten(_strip_all(flat_out, outside), out_spec)
-    return (primal, vjp_fn, _strip_all(aux, outside)) if has_aux else (primal, vjp_fn)
+    primal = pytree.unflatten(detached_tree(flat_out, outside), out_spec)
+    return (primal, vjp_fn, detached_tree(aux, outside)) if has_aux else (primal, vjp_fn)
 
 
-def _check_outputs(flat_out, api):
+def check_outputs(flat_out, api):
     if not flat_out or (len(flat_out) == 1 and flat_out[0] is None):
         raise RuntimeError(f"{api}: Expected f to be a function that has non-empty output (got output = {flat_out})")
     for o in flat_out:
@@ -285,7 +287,7 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_
 
     @functools.wraps(func)
     def wrapper(*args):
-        res = _vjp(func, args, argnums, has_aux)
+        res = vjp_with_argnums(func, args, argnums, has_aux)
         out, vjp_fn = res[:2]
         flat_out, out_spec = pytree.flatten(out)
         cots, m = basis(flat_out)

@@ -16,6 +16,7 @@ frontend read from a batched tensor); an op called with any other batched parame
 from __future__ import annotations
 
 import math
+import string
 
 import numpy as np
 
@@ -26,7 +27,6 @@ from gpugrad.core.tensor import TensorBase, make
 from gpugrad.func.batched import SampleArray, padded
 from gpugrad.ops.activation import PointwiseOp
 from gpugrad.ops.declarations import POINTWISE
-from gpugrad.ops.linalg import _LETTERS
 
 RULES: dict = {}
 _CACHE: dict = {}
@@ -307,7 +307,7 @@ def linear(call):
 def einsum(call):
     """Batch letters in front of every batched operand's subscripts and of the output's."""
     eq = call.params["equation"]
-    free = [c for c in _LETTERS if c not in eq]
+    free = [c for c in string.ascii_letters if c not in eq]
     if len(free) < call.k:
         return None
     lhs, out = eq.split("->")

@@ -16,17 +16,9 @@ import functools
 from gpugrad.core.batching import STATE as _HOOKS
 from gpugrad.core.tensor import TensorBase
 from gpugrad.func import pytree
-from gpugrad.func.batched import (
-    ACTIVE,
-    NeedsPerSample,
-    add_level,
-    levels_of,
-    pop_level,
-    push_level,
-    remove_level,
-    warn_once,
-)
+from gpugrad.func.batched import add_level, levels_of, remove_level
 from gpugrad.func.dispatch import dispatch
+from gpugrad.func.levels import ACTIVE, NeedsPerSample, pop_level, push_level, warn_once
 from gpugrad.ops.movement import Cat, Stack
 
 _RANDOMNESS = ("error", "different", "same")

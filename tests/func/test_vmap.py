@@ -10,7 +10,7 @@ import pytest
 
 import gpugrad
 import gpugrad.func as gf
-from gpugrad.func import batched as batched_module
+from gpugrad.func import levels as levels_module
 from gpugrad.func import vmap
 from tests.func.helpers import assert_same, both, same_error
 
@@ -27,9 +27,9 @@ W324, B32 = RNG.standard_normal((3, 2, 4)), RNG.standard_normal((3, 2))
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings():
-    batched_module._WARNED.clear()
+    levels_module._WARNED.clear()
     yield
-    batched_module._WARNED.clear()
+    levels_module._WARNED.clear()
 
 
 # -- inputs and outputs --------------------------------------------------------------------------------------------
@@ -247,7 +247,7 @@ def test_cross_entropy_with_batched_targets_runs_by_its_rule(shape):
     t = gpugrad.tensor(rng.integers(0, 5, (3,) + ((shape[0],) + shape[2:] if len(shape) > 1 else ())))
     w = gpugrad.tensor(rng.uniform(0.5, 2, 5))
     for reduction in ("mean", "sum", "none"):
-        def loss(a, b):
+        def loss(a, b, reduction=reduction):
             return gpugrad.nn.functional.cross_entropy(a, b, weight=w, reduction=reduction, label_smoothing=0.1)
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import gpugrad
-from gpugrad.func import batched as batched_module
 from gpugrad.func import grad, vmap
+from gpugrad.func import levels as levels_module
 from tests.op_cases import CASES
 
 B, B2 = 3, 2
@@ -24,9 +24,9 @@ SLOW = {"median", "max_dim", "min_dim_keepdim", "median_dim", "kthvalue", "mode"
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings():
-    batched_module._WARNED.clear()  # each test sees the once-per-op warnings afresh
+    levels_module._WARNED.clear()  # each test sees the once-per-op warnings afresh
     yield
-    batched_module._WARNED.clear()
+    levels_module._WARNED.clear()
 
 
 def _samples(case, shapes, lead, seed=1):
