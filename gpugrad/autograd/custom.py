@@ -4,6 +4,7 @@ from __future__ import annotations
 from gpugrad._tensor import Tensor
 from gpugrad.core.anomaly import STATE as _ANOMALY
 from gpugrad.core.anomaly import record as _record_stack
+from gpugrad.core.batching import STATE as _BATCHING
 from gpugrad.core.grad_mode import STATE, enable_grad, no_grad
 from gpugrad.core.node import AccumulateGrad, Node
 
@@ -89,6 +90,8 @@ class Function:
 
     @classmethod
     def apply(cls, *args):
+        if _BATCHING.on_function is not None:  # inside gpugrad.func.vmap: batched inputs with a graph run per sample
+            _BATCHING.on_function(cls, args)
 
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)

@@ -30,7 +30,8 @@ from gpugrad.func.levels import SIZES, NeedsPerSample, check_alive, entry_point
 
 def needs_per_sample(owner):
     check_alive(owner._levels)
-    return NeedsPerSample(owner._levels, entry_point())
+    return NeedsPerSample(owner._levels, f"{entry_point()} reads the values of a batched tensor, which has no "
+                          "batching rule")
 
 
 class SampleArray:

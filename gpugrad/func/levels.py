@@ -43,10 +43,9 @@ class NeedsPerSample(Exception):
     """A batched value was needed as plain data (an array read, a draw under randomness='different'): the vmap of
     the innermost of ``levels`` catches it and runs its function once per sample."""
 
-    def __init__(self, levels, where):
-        super().__init__(f"vmap: {where} needs the values of a batched tensor (levels {levels}); the enclosing vmap "
-                         "runs it once per sample")
-        self.levels, self.where = levels, where
+    def __init__(self, levels, reason):
+        super().__init__(f"vmap: {reason} (levels {levels}); the enclosing vmap runs its function once per sample")
+        self.levels, self.reason = levels, reason
 
 
 _PKG = str(Path(__file__).resolve().parents[1]) + os.sep

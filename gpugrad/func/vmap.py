@@ -14,9 +14,10 @@ from __future__ import annotations
 import functools
 
 from gpugrad.core.batching import STATE as _HOOKS
+from gpugrad.core.grad_mode import is_grad_enabled
 from gpugrad.core.tensor import TensorBase
 from gpugrad.func import pytree
-from gpugrad.func.batched import add_level, levels_of, remove_level
+from gpugrad.func.batched import BatchedTensor, add_level, levels_of, merge, remove_level
 from gpugrad.func.dispatch import dispatch
 from gpugrad.func.levels import ACTIVE, NeedsPerSample, pop_level, push_level, warn_once
 from gpugrad.ops.movement import Cat, Stack
@@ -36,7 +37,19 @@ def on_random():
                            "of vmap")
     different = tuple(lv.id for lv in ACTIVE if lv.randomness == "different")
     if different:
-        raise NeedsPerSample(different, "a random draw with randomness='different'")
+        raise NeedsPerSample(different, "randomness='different' takes one draw per sample")
+
+
+def on_function(cls, args):
+    """A custom autograd.Function called on batched inputs that require grad: its node would record the batch's
+    graph on the wrapper, not on the values autograd differentiates, so the enclosing vmap runs once per sample."""
+    levels = ()
+    for a in args:
+        if type(a) is BatchedTensor and a._value.requires_grad and is_grad_enabled():
+            levels = merge(levels, a._levels)
+    if levels:
+        raise NeedsPerSample(levels, f"{cls.__name__}.apply, a custom autograd.Function, records its graph for plain "
+                                     "tensors only")
 
 
 def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
@@ -111,7 +124,7 @@ def _inputs(func, in_dims, args):
 
 def _run(func, flat, flat_in, spec, kwargs, size, out_dims, randomness):
     level = push_level(size, randomness)
-    _HOOKS.dispatch, _HOOKS.on_random = dispatch, on_random
+    _HOOKS.dispatch, _HOOKS.on_random, _HOOKS.on_function = dispatch, on_random, on_function
     try:
         inputs = [add_level(a, d, level.id) if d is not None else a for a, d in zip(flat, flat_in)]
         out = func(*pytree.unflatten(inputs, spec), **kwargs)
@@ -119,16 +132,14 @@ def _run(func, flat, flat_in, spec, kwargs, size, out_dims, randomness):
     except NeedsPerSample as e:
         if level.id not in e.levels:
             raise
-        where = e.where
+        reason = e.reason
     finally:
         pop_level(level)
         if not ACTIVE:
-            _HOOKS.dispatch = _HOOKS.on_random = None
-    warn_once(("vmap", where), f"vmap: {where} reads the values of a batched tensor, which has no batching rule; vmap "
-              f"runs {_name(func)} once per sample instead, which is slow")
+            _HOOKS.dispatch = _HOOKS.on_random = _HOOKS.on_function = None
+    warn_once(("vmap", reason), f"vmap: {reason}; vmap runs {_name(func)} once per sample instead, which is slow")
     if not size:
-        raise RuntimeError(f"vmap: {where} reads the values of a batched tensor, and a batch of size 0 has no sample "
-                           f"to run {_name(func)} on")
+        raise RuntimeError(f"vmap: {reason}, and a batch of size 0 has no sample to run {_name(func)} on")
     outs = [func(*pytree.unflatten([a.select(d, i) if d is not None else a for a, d in zip(flat, flat_in)], spec),
                  **kwargs) for i in range(size)]
     return _stack(func, outs, out_dims)
