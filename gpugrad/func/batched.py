@@ -127,6 +127,16 @@ class BatchedTensor(Tensor):
     def _data(self, array):
         raise RuntimeError("vmap: a batched tensor's memory cannot be swapped (Tensor.data = ...) inside vmap")
 
+    @property
+    def _fw_grad(self):  # forward mode's tangents live on the value (gpugrad.func.jvp puts them there)
+        return None
+
+    @_fw_grad.setter
+    def _fw_grad(self, tangent):
+        if tangent is not None:
+            raise RuntimeError("vmap: forward_ad.make_dual of a batched tensor is not supported inside vmap; use "
+                               "gpugrad.func.jvp instead")
+
     def __repr__(self):
         return f"BatchedTensor(levels={self._levels}, value={self._value!r})"
 

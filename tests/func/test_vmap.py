@@ -277,3 +277,13 @@ def test_a_custom_function_inside_vmap_and_grad():
     np.testing.assert_allclose(per_sample.numpy(), 3 * X34 ** 2)
     np.testing.assert_allclose(gf.grad(lambda a: vmap(_Cube.apply)(a).sum())(x).numpy(), 3 * X34 ** 2)
     np.testing.assert_allclose(gf.jacrev(_Cube.apply)(x[0]).numpy(), np.diag(3 * X34[0] ** 2))
+
+
+def test_forward_ad_on_a_batched_tensor_refuses_rather_than_dropping_the_tangent():
+    def f(a):
+        with gpugrad.autograd.forward_ad.dual_level():
+            return gpugrad.autograd.forward_ad.make_dual(a, a.cos()).sin()
+    with pytest.raises(RuntimeError, match="use gpugrad.func.jvp instead"):
+        vmap(f)(gpugrad.tensor(X34))
+    jt = vmap(lambda a: gf.jvp(gpugrad.sin, (a,), (a.cos(),))[1])(gpugrad.tensor(X34))
+    np.testing.assert_allclose(jt.numpy(), np.cos(X34) ** 2)
