@@ -42,11 +42,11 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # split into one module per family; the ~110 new lines are the modules' imports and the packages' re-exports.
 # library 10415 -> 10455, testing 1910 -> 1960 (issue 18): a RawModule per instantiation, kernels.instantiations and
 # warm_up on a thread pool (~35); nvrtc_check --timings, the cold-compile seconds in the README (~50).
-# library 10455 -> 11786 (issue 20, gpugrad.func, ~1,330): vmap's batched tensors, batching layer and ~30 rules
-# (~640), grad / grad_and_value / vjp / jacrev / hessian (~230), jvp / jacfwd (~140), functional_call (~70), pytrees
-# (~75), the hooks below (Op.apply, random draws, expand, in-place, ~20). NOTE: the tree it started from already
-# counted 11002 library lines, 547 over the budget then; those are not this raise's.
-BUDGETS = {"library": 11786, "tooling": 2460, "testing": 1960}
+# library 10455 -> 11799 (issue 20, gpugrad.func, ~1,345): vmap's batched tensors, levels, batching layer and ~30
+# rules (~650), grad / grad_and_value / vjp / jacrev / hessian (~230), jvp / jacfwd (~140), functional_call (~70),
+# pytrees (~75), the hooks below (Op.apply, random draws, custom Functions, expand, in-place, ~25). NOTE: the tree it
+# started from already counted 11002 library lines, 547 over the budget then; those are not this raise's.
+BUDGETS = {"library": 11799, "tooling": 2460, "testing": 1960}
 
 
 def code_lines(path: Path) -> int:
