@@ -12,6 +12,7 @@ import gpugrad
 import gpugrad.func as gf
 from gpugrad.func import levels as levels_module
 from gpugrad.func import vmap
+from tests.autograd.test_engine import Cube  # x^3 with a hand-written backward
 from tests.func.helpers import assert_same, both, same_error
 
 RNG = np.random.default_rng(0)
@@ -255,28 +256,16 @@ def test_cross_entropy_with_batched_targets_runs_by_its_rule(shape):
         np.testing.assert_allclose(out.numpy(), gpugrad.stack([loss(x[i], t[i]) for i in range(3)]).numpy(), rtol=1e-12)
 
 
-class _Cube(gpugrad.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 3 * x * x * g
-
-
 def test_a_custom_function_inside_vmap_and_grad():
     """Its value runs batched; where its node must record a graph (grad inside vmap), vmap runs per sample, so the
     gradient is its backward's (3 x^2), not a silent zero; jacrev's batched cotangents go through its backward."""
     x = gpugrad.tensor(X34)
-    np.testing.assert_allclose(vmap(_Cube.apply)(x).numpy(), X34 ** 3)
-    with pytest.warns(UserWarning, match="_Cube.apply, a custom autograd.Function"):
-        per_sample = vmap(gf.grad(lambda a: _Cube.apply(a).sum()))(x)
+    np.testing.assert_allclose(vmap(Cube.apply)(x).numpy(), X34 ** 3)
+    with pytest.warns(UserWarning, match="Cube.apply, a custom autograd.Function"):
+        per_sample = vmap(gf.grad(lambda a: Cube.apply(a).sum()))(x)
     np.testing.assert_allclose(per_sample.numpy(), 3 * X34 ** 2)
-    np.testing.assert_allclose(gf.grad(lambda a: vmap(_Cube.apply)(a).sum())(x).numpy(), 3 * X34 ** 2)
-    np.testing.assert_allclose(gf.jacrev(_Cube.apply)(x[0]).numpy(), np.diag(3 * X34[0] ** 2))
+    np.testing.assert_allclose(gf.grad(lambda a: vmap(Cube.apply)(a).sum())(x).numpy(), 3 * X34 ** 2)
+    np.testing.assert_allclose(gf.jacrev(Cube.apply)(x[0]).numpy(), np.diag(3 * X34[0] ** 2))
 
 
 def test_forward_ad_on_a_batched_tensor_refuses_rather_than_dropping_the_tangent():
