@@ -47,5 +47,7 @@ globals().update(_FUNCTIONS)
 
 __version__ = "0.1.0"
 
+from gpugrad import func  # noqa: E402  (torch.func)
 from gpugrad import backends, data, nn, optim, utils  # noqa: E402,I001  (the packages users reach as attributes)
+from gpugrad.func import vmap  # noqa: E402  (torch.vmap)
 from gpugrad.serialization import load, save  # noqa: E402

@@ -12,6 +12,7 @@ import numpy as np
 
 from gpugrad.backend import get_backend, on
 from gpugrad.backend.device import parse_device
+from gpugrad.core.batching import STATE as _BATCHING
 from gpugrad.core.tensor import new
 
 DEFAULT_SEED = 67280421310721  # torch's seed at start-up: a fresh process draws the same numbers every run
@@ -114,6 +115,8 @@ def set_rng_state(new_state):
 def generator(backend, gen=None):
     """The array-module generator to draw from on ``backend``: ``gen``'s (a Generator on that device type), else
     the device's default. CuPy keeps a generator's state on the device that made it, so each GPU has its own."""
+    if _BATCHING.on_random is not None:  # inside gpugrad.func.vmap: its randomness= decides first
+        _BATCHING.on_random()
     if gen is None:
         return default_generator_of(backend.device).rng()
     if not isinstance(gen, Generator):

@@ -18,6 +18,7 @@ import functools
 from gpugrad._tensor import Tensor
 from gpugrad.core import forward_state
 from gpugrad.core.anomaly import STATE as _ANOMALY, record as _record_stack
+from gpugrad.core.batching import STATE as _BATCHING
 from gpugrad.core.grad_mode import STATE, enable_grad, no_grad
 from gpugrad.core.node import Node, SeveralOutputs, freed_error, grad_edge, modified_error
 from gpugrad.core.tensor import make
@@ -302,6 +303,8 @@ class Function:
         requires grad)."""
         if cls is Function:
             raise RuntimeError("Function.apply: call apply on a subclass that defines forward and backward")
+        if _BATCHING.on_function is not None:  # inside gpugrad.func.vmap: batched inputs with a graph run per sample
+            _BATCHING.on_function(cls, args)
         args = tuple(fresh(a) if isinstance(a, Tensor) else a for a in args)
         ctx = cls._backward_cls()
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)

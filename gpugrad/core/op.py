@@ -13,7 +13,7 @@ the inputs (or by one flag) and branches off once, to :meth:`Op._apply_general`.
 from __future__ import annotations
 
 from gpugrad.backend import backend_of, graphs
-from gpugrad.core import anomaly, forward, forward_state, tensor_xp, trace
+from gpugrad.core import anomaly, batching, forward, forward_state, tensor_xp, trace
 from gpugrad.core.grad_mode import STATE
 from gpugrad.core.node import AccumulateGrad, Node, freed_error, modified_error
 from gpugrad.core.promotion import promoted
@@ -23,6 +23,7 @@ from gpugrad.core.views import fresh, root_array, shadow, subscribe
 _NO_GRAD = [(False,) * n for n in range(8)]
 _FORWARD = forward_state.STATE
 _ANOMALY = anomaly.STATE
+_BATCHING = batching.STATE
 _new = object.__new__
 _PY_NUMBERS = frozenset((int, float, bool, complex))
 BACKENDS = ("cpu", "cuda")
@@ -106,6 +107,10 @@ class Op(Node):
     def apply(cls, *args, **params):
         """Run the op on ``args`` (Tensors and Python numbers) with keyword ``params``; the result records a node
         when grad mode is on and an input requires grad."""
+        if _BATCHING.dispatch is not None:  # inside gpugrad.func.vmap: a batched input goes to its batching rule
+            out = _BATCHING.dispatch(cls, args, params)
+            if out is not None:
+                return out
         # The fast path: one pass over the inputs that finds the backend, whether to record, and whether anything
         # rare is going on (a view to re-derive, a dtype to promote, two devices); then the forward and the node.
         be = None

@@ -65,6 +65,11 @@ class InplaceMethods:
                                f"{list(result.shape)}")
 
     def _store(self, op, result):
+        batch = result._data
+        if not isinstance(batch, self._backend.array_type):  # batched by gpugrad.func.vmap (.base: all samples)
+            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
+                               f"{list(batch.base.shape)}. {op} inside vmap writes a batched result into a tensor that "
+                               "is not batched: compute out of place")
         if not can_cast(result._data.dtype, self._data.dtype):  # as torch: int += float refuses
             raise RuntimeError(f"{op}: result type {result.dtype} can't be cast to the desired output type "
                                f"{self.dtype}; compute out of place, or convert the tensor first (.float())")

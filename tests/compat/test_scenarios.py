@@ -30,8 +30,8 @@ class Scenario:
     name: str
     tol: Tolerance = Tolerance()
     slow: bool = False  # over ~10 s for both runs on a 2-core CPU: run with -m slow
-    # what gpugrad lacks for it, as paths under gpugrad ("multinomial", "nn.functional.one_hot", "func"): an xfail
-    # until every one exists
+    # what gpugrad lacks for it, as paths under gpugrad ("multinomial", "nn.functional.one_hot", "linalg"): an
+    # xfail until every one exists
     missing: tuple = ()
     # a behaviour gpugrad gets wrong that no missing name covers: an xfail saying what differs
     differs: str = ""
@@ -64,7 +64,7 @@ SCENARIOS = [
     Scenario("mlp_language_model", LOOSE),
     # with a stand-in atan2 the scenario runs as with torch (several outputs, mark_non_differentiable)
     Scenario("custom_function_outputs", missing=("atan2",)),
-    Scenario("func_transforms", missing=("func",)),
+    Scenario("func_transforms"),
     Scenario("dataloader_training", LOOSE, on_cuda=True),
     Scenario("save_and_resume", on_cuda=True),
 ]
@@ -87,7 +87,7 @@ def test_every_scenario_script_is_in_the_table():
 
 def _has(path):
     """Whether ``gpugrad.<path>`` exists, as an attribute or as a submodule that ``import gpugrad`` does not load
-    (``gpugrad.func`` may be one)."""
+    (``gpugrad.linalg`` may be one)."""
     owner, parts = gpugrad, path.split(".")
     for i, part in enumerate(parts):
         if not hasattr(owner, part):
@@ -103,7 +103,8 @@ def _has(path):
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.missing], ids=lambda s: s.name)
 def test_a_missing_name_is_still_missing(scenario):
     """When gpugrad gains a name, the xfail that waits for it must be updated (or removed): run the scenario."""
-    assert _has("nn.functional.relu") and _has("utils.data.DataLoader") and not _has("nn.no_such_layer")
+    assert _has("nn.functional.relu") and _has("utils.data.DataLoader") and _has("func.vmap")
+    assert not _has("nn.no_such_layer") and not _has("func.no_such_transform")
     arrived = [m for m in scenario.missing if _has(m)]
     assert not arrived, f"gpugrad now has {arrived}: update {scenario.name}'s row in SCENARIOS"
 

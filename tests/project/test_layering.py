@@ -20,7 +20,7 @@ LAYERS = [
     ("gpugrad.ops",),
     ("gpugrad.random", "gpugrad.creation", "gpugrad.functional", "gpugrad.methods", "gpugrad._tensor"),
     ("gpugrad", "gpugrad.toplevel", "gpugrad.autograd", "gpugrad.nn", "gpugrad.optim", "gpugrad.utils", "gpugrad.data",
-     "gpugrad.serialization", "gpugrad.distributed", "gpugrad.cuda", "gpugrad.backends"),
+     "gpugrad.serialization", "gpugrad.distributed", "gpugrad.cuda", "gpugrad.backends", "gpugrad.func"),
     ("gpugrad.cli", "gpugrad.bench", "gpugrad.__main__"),
 ]
 TESTING = "gpugrad.testing"  # test tooling: imports anything, imported by nothing but tests
