@@ -8,6 +8,7 @@ by ``python -m gpugrad.testing.stubgen``; ``tests/project/test_layering.py`` kee
 from __future__ import annotations
 
 from gpugrad import functional  # noqa: F401  (registers the composites bound below)
+from gpugrad.methods import counting, sampling  # noqa: F401  (bincount, histc, histogram; multinomial, bernoulli)
 from gpugrad.core.registry import FRONTENDS
 from gpugrad.core.tensor import TensorBase, set_tensor_class
 from gpugrad.methods.arithmetic import ArithmeticMethods

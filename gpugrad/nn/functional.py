@@ -12,6 +12,7 @@ from gpugrad.core.args import index_array as _index_array
 from gpugrad.core.args import with_dtype
 from gpugrad.core.grad_mode import no_grad
 from gpugrad.core.tensor import as_operand
+from gpugrad.nn.encoding import one_hot  # noqa: F401  (F.one_hot)
 from gpugrad.functional import where as _where
 from gpugrad.ops.activation import POINTWISE_OPS, BiasAct, Dropout
 from gpugrad.ops.declarations import ACTIVATIONS

@@ -57,11 +57,11 @@ SCENARIOS = [
     Scenario("dynamic_depth", LOOSE, on_cuda=True),
     Scenario("build_model", on_cuda=True),
     Scenario("two_layer_net_three_ways", LOOSE, on_cuda=True),
-    Scenario("bigram_counts", missing=("multinomial", "bincount")),
-    Scenario("bigram_neural", LOOSE, missing=("nn.functional.one_hot", "multinomial", "Tensor.nelement")),
+    Scenario("bigram_counts"),
+    Scenario("bigram_neural", LOOSE),
     # not on_cuda: its torch.Generator() is a CPU one, and gpugrad's default device on a GPU is CUDA (torch, with
     # torch.set_default_device("cuda"), refuses a CPU generator for a CUDA draw the same way)
-    Scenario("mlp_language_model", LOOSE, missing=("Tensor.nelement",)),
+    Scenario("mlp_language_model", LOOSE),
     Scenario("custom_function_outputs", missing=("atan2",),
              differs="a custom Function whose forward returns several Tensors (gpugrad: 'forward must return one "
                      "Tensor'), with ctx.mark_non_differentiable taking the marked outputs out of the graph"),
