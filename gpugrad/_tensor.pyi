@@ -63,12 +63,20 @@ class Tensor:
     def acos_(self) -> Any: ...  # registry
     def add(self, other, *, alpha=1) -> Any: ...  # registry
     def add_(self, other, *, alpha=1) -> Any: ...  # registry
+    def addcdiv(self, tensor1, tensor2, *, value=1) -> Any: ...  # registry
+    def addcdiv_(self, tensor1, tensor2, *, value=1) -> Any: ...  # registry
+    def addcmul(self, tensor1, tensor2, *, value=1) -> Any: ...  # registry
+    def addcmul_(self, tensor1, tensor2, *, value=1) -> Any: ...  # registry
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1) -> Any: ...  # registry
+    def addmm_(self, mat1, mat2, *, beta=1, alpha=1) -> Any: ...  # registry
     def all(self, dim=None, keepdim=False, **kw) -> Any: ...
     def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> Any: ...  # registry
     def amax(self, dim=(), keepdim=False, **kw) -> Any: ...  # registry
     def amin(self, dim=(), keepdim=False, **kw) -> Any: ...  # registry
     def aminmax(self, *, dim=None, keepdim=False) -> Any: ...  # registry
     def any(self, dim=None, keepdim=False, **kw) -> Any: ...
+    def arctan2(self, other) -> Any: ...  # registry
+    def arctan2_(self, other) -> Any: ...  # registry
     def argmax(self, dim=None, keepdim=False, **kw) -> Any: ...
     def argmin(self, dim=None, keepdim=False, **kw) -> Any: ...
     def argsort(self, dim=-1, descending=False, stable=False) -> Any: ...  # registry
@@ -77,6 +85,8 @@ class Tensor:
     def asin_(self) -> Any: ...  # registry
     def astype(self, dtype=None) -> Any: ...
     def atan(self) -> Any: ...  # registry
+    def atan2(self, other) -> Any: ...  # registry
+    def atan2_(self, other) -> Any: ...  # registry
     def atan_(self) -> Any: ...  # registry
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> Any: ...
     def bernoulli(self, p=None, *, generator=None) -> Any: ...
@@ -202,6 +212,8 @@ class Tensor:
     def le(self, o) -> Any: ...
     def leaky_relu(self, negative_slope=0.01) -> Any: ...  # registry
     def leaky_relu_(self, negative_slope=0.01) -> Any: ...  # registry
+    def lerp(self, end, weight) -> Any: ...  # registry
+    def lerp_(self, end, weight) -> Any: ...  # registry
     def log(self) -> Any: ...  # registry
     def log10(self) -> Any: ...  # registry
     def log10_(self) -> Any: ...  # registry

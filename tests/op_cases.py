@@ -359,6 +359,24 @@ SURFACE_CASES = [
 ]
 
 
+# issue 20: products with scaling, pointwise combinations with options
+API_CASES = [
+    _surface("addmm", lambda t, c, a, b: t.addmm(c, a, b, beta=0.5, alpha=2.0), lambda c, a, b: 0.5 * c + 2 * a @ b,
+             [((2, 4), (2, 3), (3, 4)), ((4,), (2, 3), (3, 4))]),
+    _surface("addmm_default", lambda t, c, a, b: c.addmm(a, b), lambda c, a, b: c + a @ b, [((1, 4), (2, 3), (3, 4))],
+             op="addmm"),
+    _surface("addcmul", lambda t, a, b, c: t.addcmul(a, b, c, value=-0.5), lambda a, b, c: a - 0.5 * b * c,
+             [((2, 3), (2, 3), (2, 3)), ((2, 1), (3,), (2, 3))]),
+    _surface("addcdiv", lambda t, a, b, c: t.addcdiv(a, b, c, value=2.0), lambda a, b, c: a + 2 * b / c,
+             [((2, 3), (2, 3), (2, 3)), ((3,), (2, 3), (3,))], low=0.5, high=2.0),
+    _surface("lerp", lambda t, a, b: t.lerp(a, b, 0.3), lambda a, b: a + 0.3 * (b - a),
+             [((2, 3), (2, 3)), ((2, 3), (3,))]),
+    _surface("lerp_tensor", lambda t, a, b, w: a.lerp(b, w), lambda a, b, w: a + w * (b - a),
+             [((2, 3), (2, 3), (2, 3)), ((3,), (2, 3), (2, 1))], op="lerp"),
+    _surface("atan2", lambda t, a, b: t.atan2(a, b), np.arctan2, [((3, 4), (3, 4)), ((3, 4), (4,))], avoid=(0.0,)),
+]
+
+
 CASES = [
     # arithmetic, with broadcasting, scalars, empty and 0-d shapes
     OpCase("add", lambda a, b: a + b, np.add, [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((), (2, 3)), ((0, 4), (4,))],
@@ -419,6 +437,7 @@ CASES = [
     OpCase("std_all", lambda a: a.std(correction=0), lambda a: a.std(), [((3, 5),)], op="std",
            torch_fn=lambda a: a.std(correction=0)),
     *SURFACE_CASES,
+    *API_CASES,
     # movement
     OpCase("reshape", lambda a: a.reshape(4, 3), lambda a: a.reshape(4, 3), [((3, 4),)],
            torch_fn=lambda a: a.reshape(4, 3)),

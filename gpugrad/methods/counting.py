@@ -86,7 +86,7 @@ def _check_bins(bins):
 
 
 @composite("histc")
-def histc(input, bins=100, min=0, max=0):  # noqa: A002 - torch's names
+def histc(input, bins=100, min=0, max=0):
     """Counts of ``input``'s elements in ``bins`` equal bins over [min, max] (float, input's dtype); min = max = 0
     takes the data's range, and an empty range is widened by 1 each side; elements outside are not counted."""
     _floating(input, "histogram_cpu")
@@ -119,7 +119,7 @@ def _linspace(xp, lo, hi, steps, dtype):
 
 
 @composite("histogram")
-def histogram(input, bins=100, *, range=None, weight=None, density=False):  # noqa: A002 - torch's names
+def histogram(input, bins=100, *, range=None, weight=None, density=False):
     """``(hist, bin_edges)``: counts (or ``weight`` sums) of ``input``'s elements in ``bins`` equal bins over
     ``range`` (default: the data's; widened by 1/2 each side when empty), or in the intervals of a 1-D tensor of
     increasing edges; ``density`` divides by the total and the bin widths."""

@@ -2,3 +2,4 @@
 their frontends as Tensor methods."""
 from gpugrad.ops import (activation, arith, convert, linalg, loss, matmul, movement, norm, reduce, rounding,  # noqa
                          scan, scatter, softmax)
+from gpugrad.ops import blas, combine  # noqa: F401  (addmm; addcmul, addcdiv, lerp, atan2)
