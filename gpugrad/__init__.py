@@ -72,5 +72,5 @@ globals().update(_FUNCTIONS)
 
 __version__ = "0.1.0"
 
-from gpugrad import backends, data, nn, optim, utils  # noqa: E402,I001  (the packages users reach as attributes)
+from gpugrad import backends, data, linalg, nn, optim, utils  # noqa: E402,I001  (the packages users reach as attributes)
 from gpugrad.serialization import load, save  # noqa: E402

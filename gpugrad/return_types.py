@@ -35,5 +35,6 @@ globals().update({n + "_out": _structseq(n + "_out") for n in _NAMES},  # the re
                  aminmax_out=_structseq("aminmax_out", ("min", "max")))
 # out= of histogram and slogdet gives their own types back (gpugrad has no separate _out types for them)
 globals().update(histogram=_structseq("histogram", ("hist", "bin_edges")),
-                 slogdet=_structseq("slogdet", ("sign", "logabsdet")))
-__all__ += [n + "_out" for n in __all__ if n not in ("histogram", "slogdet")]
+                 slogdet=_structseq("slogdet", ("sign", "logabsdet")),
+                 linalg_slogdet=_structseq("linalg_slogdet", ("sign", "logabsdet")))
+__all__ += [n + "_out" for n in __all__ if n not in ("histogram", "slogdet")] + ["linalg_slogdet"]

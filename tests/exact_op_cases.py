@@ -435,6 +435,22 @@ API_ROWS = [
     Exact("atan2", "atan2", lambda a, b: a.atan2(b),
           ([1.0, 1.0, -1.0, 0.0, 0.0, 1e-30, -2.0], [1.0, 0.0, -1.0, 1.0, -1.0, 1.0, 0.0]),
           lambda a, b: ew(MP.atan2)(a, b)),
+    Exact("linalg_inv", "linalg_inv", lambda a: gpugrad.linalg.inv(a), ([[2.0, 1.0], [1.0, 1.0]],), [[1, -1], [-1, 2]]),
+    Exact("linalg_inv_batch", "linalg_inv", lambda a: a.inverse(),
+          ([[[4.0, 0.0], [0.0, 0.5]], [[0.0, 2.0], [-1.0, 0.0]]],), [[[Q(1, 4), 0], [0, 2]], [[0, -1], [Q(1, 2), 0]]]),
+    # A = [[2, 1], [1, 3]]: A⁻¹ = [[3, -1], [-1, 2]] / 5
+    Exact("linalg_solve", "linalg_solve", lambda a, b: gpugrad.linalg.solve(a, b),
+          ([[2.0, 1.0], [1.0, 3.0]], [1.0, 2.0]), [Q(1, 5), Q(3, 5)], tol=tol(1e-15, 2e-7)),
+    Exact("linalg_solve_matrix", "linalg_solve", lambda a, b: gpugrad.linalg.solve(a, b),
+          ([[2.0, 1.0], [1.0, 3.0]], [[5.0, 0.0], [0.0, 5.0]]), [[3, -1], [-1, 2]], tol=tol(1e-15, 2e-7)),
+    Exact("linalg_det", "linalg_det", lambda a: gpugrad.linalg.det(a),
+          ([[[1.0, 2.0], [3.0, 4.0]], [[2.0, 0.0], [5.0, -3.0]]],), [-2, -6], tol=tol(1e-15, 2e-7)),
+    Exact("det_3x3", "linalg_det", lambda a: a.det(), ([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [1.0, 1.0, 4.0]],), 24,
+          tol=tol(1e-15, 2e-7)),
+    Exact("linalg_slogdet", "linalg_slogdet", lambda a: gpugrad.linalg.slogdet(a).logabsdet,
+          ([[1.0, 2.0], [3.0, 4.0]],), MP.log(2), tol=tol(1e-15, 2e-7)),
+    Exact("linalg_slogdet_sign", "linalg_slogdet", lambda a: gpugrad.slogdet(a).sign,
+          ([[[1.0, 2.0], [3.0, 4.0]], [[2.0, 0.0], [0.0, 3.0]], [[1.0, 2.0], [2.0, 4.0]]],), [-1, 1, 0]),
 ]
 
 ROWS = POINTWISE_ROWS + ARITH_ROWS + REDUCE_ROWS + MOVEMENT_ROWS + MATMUL_ROWS + LOSS_ROWS + API_ROWS

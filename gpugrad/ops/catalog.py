@@ -2,4 +2,4 @@
 their frontends as Tensor methods."""
 from gpugrad.ops import (activation, arith, convert, linalg, loss, matmul, movement, norm, reduce, rounding,  # noqa
                          scan, scatter, softmax)
-from gpugrad.ops import blas, combine  # noqa: F401  (addmm; addcmul, addcdiv, lerp, atan2)
+from gpugrad.ops import blas, combine, linalg_solve  # noqa: F401  (addmm; addcmul, lerp, atan2; inv, solve, det)
