@@ -43,10 +43,12 @@ from gpugrad.creation import (
 )
 from gpugrad.dtypes import DTYPES as _DTYPES
 from gpugrad.dtypes import Size, can_cast, dtype, finfo, get_default_dtype, iinfo, promote_types, set_default_dtype
+from gpugrad.legacy import CPU_TYPES as _LEGACY_TYPES
 from gpugrad.random import Generator, default_generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
 from gpugrad.toplevel import FUNCTIONS as _FUNCTIONS
 
 globals().update(_DTYPES)  # gpugrad.float32, gpugrad.int64, gpugrad.bool, and torch's aliases (float, long, ...)
+globals().update(_LEGACY_TYPES)  # gpugrad.FloatTensor, gpugrad.LongTensor, ...: torch's legacy constructors
 bool_ = bool  # noqa: F821 - the name NumPy users reach for
 
 
@@ -72,5 +74,6 @@ globals().update(_FUNCTIONS)
 
 __version__ = "0.1.0"
 
-from gpugrad import backends, data, linalg, nn, optim, utils  # noqa: E402,I001  (the packages users reach as attributes)
+from gpugrad import accelerator, backends, data, linalg, nn, optim, utils  # noqa: E402,I001  (the packages users reach as attributes)
+from gpugrad.compiling import compile  # noqa: E402,A004  (torch.compile: accepted, eager)
 from gpugrad.serialization import load, save  # noqa: E402

@@ -5,6 +5,7 @@ import numpy as np
 
 from gpugrad._tensor import Tensor
 from gpugrad.core.backprop import grad
+from gpugrad.core.tensor import new
 
 
 class GradcheckError(RuntimeError):
@@ -49,7 +50,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, fast_mode=False, seed=
     if fast_mode:
         us = [rng.standard_normal(o.shape) for o in outs]
         vs = {i: rng.standard_normal(inputs[i].shape) for i in diff}
-        gouts = [Tensor(u, dtype=o.dtype, device=o.device) for u, o in zip(us, outs)]
+        gouts = [new(u, dtype=o.dtype, device=o.device) for u, o in zip(us, outs)]
         live = [k for k, o in enumerate(outs) if o.requires_grad]
         grads = grad([outs[k] for k in live], [inputs[i] for i in diff], [gouts[k] for k in live],
                      retain_graph=True, allow_unused=True) if live else [None] * len(diff)
@@ -80,7 +81,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, fast_mode=False, seed=
                 if o.requires_grad:
                     onehot = np.zeros(o._data.size)
                     onehot[m] = 1.0
-                    (g,) = grad(o, x, Tensor(onehot.reshape(o.shape), dtype=o.dtype, device=o.device),
+                    (g,) = grad(o, x, new(onehot.reshape(o.shape), dtype=o.dtype, device=o.device),
                                 retain_graph=True, allow_unused=True)
                     if g is not None:
                         analytic[row] = np.asarray(g.numpy(force=True), dtype=np.float64).ravel()

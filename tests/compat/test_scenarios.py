@@ -62,7 +62,7 @@ SCENARIOS = [
     # not on_cuda: its torch.Generator() is a CPU one, and gpugrad's default device on a GPU is CUDA (torch, with
     # torch.set_default_device("cuda"), refuses a CPU generator for a CUDA draw the same way)
     Scenario("mlp_language_model", LOOSE),
-    Scenario("custom_function_outputs", missing=("atan2",),
+    Scenario("custom_function_outputs",
              differs="a custom Function whose forward returns several Tensors (gpugrad: 'forward must return one "
                      "Tensor'), with ctx.mark_non_differentiable taking the marked outputs out of the graph"),
     Scenario("func_transforms", missing=("func",)),

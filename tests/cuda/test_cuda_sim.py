@@ -361,3 +361,16 @@ def test_linalg_refuses_float16_and_host_arrays(cp):
         cp.linalg.det(np.eye(2))
     with pytest.raises(AttributeError, match="does not implement it"):
         cp.linalg.eigvals  # noqa: B018 - CuPy has it; the simulator does not
+
+
+def test_generator_state_lives_in_device_memory(cp):
+    """RULES.md 24: ``Generator.bit_generator._state`` is an int8 device array that every draw advances; writing an
+    old copy back restores the stream (what gpugrad.cuda.get_rng_state / set_rng_state rely on)."""
+    g = cp.random.default_rng(3)
+    state = g.bit_generator._state
+    assert type(state) is cp.ndarray and state.dtype == np.int8
+    saved = state.copy()
+    first = g.random(4).get()
+    assert not np.array_equal(g.bit_generator._state.get(), saved.get())
+    g.bit_generator._state[...] = saved
+    np.testing.assert_array_equal(g.random(4).get(), first)
