@@ -12,6 +12,6 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     """``model`` itself (a Module or a function): gpugrad executes eagerly. Called without a model, a decorator."""
     if model is None:
         return lambda fn: compile(fn)
-    if not callable(model):  # noqa: TRY004 - torch's check and error type
-        raise AssertionError(f"A callable function is expected, but {type(model)} is provided.")
+    if not callable(model):  # torch's check and error type
+        raise AssertionError(f"A callable function is expected, but {type(model)} is provided.")  # noqa: TRY004
     return model
