@@ -44,6 +44,7 @@ from gpugrad.creation import (
 from gpugrad.dtypes import DTYPES as _DTYPES
 from gpugrad.dtypes import Size, can_cast, dtype, finfo, get_default_dtype, iinfo, promote_types, set_default_dtype
 from gpugrad.legacy import CPU_TYPES as _LEGACY_TYPES
+from gpugrad.methods.printing import set_printoptions
 from gpugrad.random import Generator, default_generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
 from gpugrad.toplevel import FUNCTIONS as _FUNCTIONS
 
