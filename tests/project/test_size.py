@@ -42,7 +42,14 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # split into one module per family; the ~110 new lines are the modules' imports and the packages' re-exports.
 # library 10415 -> 10455, testing 1910 -> 1960 (issue 18): a RawModule per instantiation, kernels.instantiations and
 # warm_up on a thread pool (~35); nvrtc_check --timings, the cold-compile seconds in the README (~50).
-BUDGETS = {"library": 10455, "tooling": 2460, "testing": 1960}
+# library 10455 -> 12160, testing 1960 -> 2105 (issue 20, the API real scripts call, ~1160 + ~80; the tree this work
+# started from was already at 11002 / 2023 lines, and that is folded in here): linalg inv/solve/det/slogdet ops
+# with every order of derivative and torch's errors, linalg's norms (~300); addmm, addcmul, addcdiv, lerp, atan2
+# (~175); multinomial, bernoulli, bincount, histc, histogram, one_hot (~245); printing by torch's formatter with
+# set_printoptions (~110); nn.init's missing fills (~95); legacy constructors, torch.cuda seeds and generator
+# states, accelerator, compile, one RemovableHandle, list-of-lists indexing, arange (~235); the simulated
+# device's cupy.linalg and generator state in device memory (~80).
+BUDGETS = {"library": 12160, "tooling": 2460, "testing": 2105}
 
 
 def code_lines(path: Path) -> int:
