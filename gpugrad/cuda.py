@@ -4,7 +4,7 @@ CUDA graphs; the CUDA devices' random generators (seeds and states, as torch.cud
 Seeding works without a GPU (the seed is kept for when a generator first draws, as torch queues it); reading a
 seed or a state needs a usable device."""
 from gpugrad import random as _random
-from gpugrad.backend.cuda import cupy_module as _cupy_module
+from gpugrad.backend import cuda as _backend_cuda
 from gpugrad.backend.cuda import device_count, get_device_name, is_available, unavailable_reason
 from gpugrad.backend.deferred import synchronize
 from gpugrad.backend.device import CURRENT_CUDA as _CURRENT
@@ -42,7 +42,7 @@ def _generator(device=None):  # a CUDA device's default generator
 
 
 def _needs_a_device():
-    _cupy_module()  # RuntimeError with the reason when CUDA is not usable
+    _backend_cuda.cupy_module()  # RuntimeError with the reason when CUDA is not usable
 
 
 def manual_seed(seed) -> None:
