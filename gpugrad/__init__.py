@@ -14,10 +14,13 @@ from gpugrad.creation import (arange, as_tensor, empty, empty_like, eye, from_dl
                               randn, randn_like, randperm, tensor, zeros, zeros_like)
 from gpugrad.dtypes import (DTYPES as _DTYPES, Size, can_cast, dtype, finfo, get_default_dtype, iinfo, promote_types,
                             set_default_dtype)
+from gpugrad.legacy import CPU_TYPES as _LEGACY_TYPES
+from gpugrad.methods.printing import set_printoptions
 from gpugrad.random import Generator, default_generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
 from gpugrad.toplevel import FUNCTIONS as _FUNCTIONS
 
 globals().update(_DTYPES)  # gpugrad.float32, gpugrad.int64, gpugrad.bool, and torch's aliases (float, long, ...)
+globals().update(_LEGACY_TYPES)  # gpugrad.FloatTensor, gpugrad.LongTensor, ...: torch's legacy constructors
 bool_ = bool  # noqa: F821 - the name NumPy users reach for
 
 
@@ -48,6 +51,8 @@ globals().update(_FUNCTIONS)
 __version__ = "0.1.0"
 
 from gpugrad import func  # noqa: E402  (torch.func)
-from gpugrad import backends, data, nn, optim, utils  # noqa: E402,I001  (the packages users reach as attributes)
+from gpugrad import (accelerator, backends, data, linalg,  # noqa: E402,I001  (the packages users reach as attributes)
+                     nn, optim, utils)
+from gpugrad.compiling import compile  # noqa: E402,A004  (torch.compile: accepted, eager)
 from gpugrad.func import vmap  # noqa: E402  (torch.vmap)
 from gpugrad.serialization import load, save  # noqa: E402

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpugrad import functional  # noqa: F401  (registers the composites bound below)
 from gpugrad.core.registry import FRONTENDS
 from gpugrad.core.tensor import TensorBase, set_tensor_class
+from gpugrad.methods import counting, sampling  # noqa: F401  (bincount, histc, histogram; multinomial, bernoulli)
 from gpugrad.methods.arithmetic import ArithmeticMethods
 from gpugrad.methods.autograd import AutogradMethods
 from gpugrad.methods.conversion import ConversionMethods

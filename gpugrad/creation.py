@@ -6,6 +6,7 @@ int64, bools bool; NumPy data keeps its dtype. Tensors go to the default device 
 """
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 
@@ -120,18 +121,35 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
 
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
     """Values from start (default 0) to end (excluded) by step: int64 when all three are integers, else the
-    default float dtype."""
+    default float dtype.  As torch computes them: element i is start + i * step in float64, rounded once to the
+    dtype (no accumulated rounding), and there are ceil((end - start) / step) of them (computed in float64); an
+    int64 range takes start, end and step truncated to integers first."""
     if end is None:
         start, end = 0, start
     start, end, step = (v.item() if hasattr(v, "item") else v for v in (start, end, step))
-    if step == 0:
-        raise RuntimeError("arange: step must be nonzero")
-    if (end - start) * step < 0:
-        raise RuntimeError(f"arange: upper bound and lower bound inconsistent with step sign: start={start}, "
-                           f"end={end}, step={step}")
     is_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
-    dtype = (np.int64 if is_int else DEFAULTS.float) if dtype is None else dtype
-    return _new(lambda be, s, d: be.xp.arange(start, end, step, dtype=d), (), dtype, device, requires_grad)
+    d = (np.dtype(np.int64) if is_int else DEFAULTS.float) if dtype is None else to_np(dtype)
+    if d.kind == "b":
+        raise NotImplementedError("\"arange_cpu\" not implemented for 'Bool'")
+    if not (math.isfinite(start) and math.isfinite(end)):
+        raise RuntimeError(f"unsupported range: {start} -> {end}")
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    lo, hi, by = (int(start), int(end), int(step)) if d.kind in "iu" else (start, end, step)
+    if d == np.int64 and by == 0:  # a fractional step that truncates to 0
+        raise ValueError("step must be nonzero")
+    if (hi - lo) * (by if d == np.int64 else step) < 0:
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+    if d == np.int64:
+        sgn = (by > 0) - (by < 0)
+        n = int((hi - lo + by - sgn) / by) if abs(hi - lo) < 2 ** 52 else (hi - lo + by - sgn) // by
+    else:
+        n = math.ceil((float(end) - float(start)) / float(step))
+
+    def fill(be, s, _):
+        i = be.xp.arange(n, dtype=np.int64 if d.kind in "iu" else np.float64)
+        return (lo + by * i if d.kind in "iu" else float(start) + float(step) * i).astype(d)
+    return _new(fill, (), d, device, requires_grad)
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):

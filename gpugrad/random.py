@@ -5,12 +5,11 @@ A CPU generator draws from NumPy's PCG64, a CUDA one from CuPy's generator on it
 torch's (the same seed gives other numbers), but a seed always gives the same numbers in gpugrad."""
 from __future__ import annotations
 
-import json
 import secrets
 
 import numpy as np
 
-from gpugrad.backend import get_backend, on
+from gpugrad.backend import get_backend, on, rng_state
 from gpugrad.backend.device import parse_device
 from gpugrad.core.batching import STATE as _BATCHING
 from gpugrad.core.tensor import new
@@ -50,25 +49,26 @@ class Generator:
         return self._rng
 
     def get_state(self):
-        """The state as a uint8 tensor (for ``set_state``); CPU generators only."""
-        self._cpu_only("get_state")
-        state = {"seed": self._seed, "bit_generator": self.rng().bit_generator.state}
-        return new(np.frombuffer(json.dumps(state).encode(), np.uint8), device="cpu")
+        """The state as a uint8 CPU tensor (for ``set_state``): the seed, then the generator's own state (on CUDA,
+        copied from the device)."""
+        be = get_backend(self.device)
+        with on(be):
+            body = rng_state.save(be, self.rng())
+        return new(np.concatenate([np.frombuffer(self._seed.to_bytes(8, "little"), np.uint8), body]), device="cpu")
 
     def set_state(self, new_state):
-        self._cpu_only("set_state")
+        be = get_backend(self.device)
         try:
-            state = json.loads(bytes(new_state.tolist()).decode())
-            self.manual_seed(state["seed"])
-            self.rng().bit_generator.state = state["bit_generator"]
+            data = np.asarray(new_state.tolist(), dtype=np.uint8)
+            seed = int.from_bytes(bytes(data[:8]), "little")
+            with on(be):
+                rng = Generator(self.device).manual_seed(seed).rng()
+                rng_state.restore(be, rng, data[8:])
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise RuntimeError(f"set_state: expected a state from Generator.get_state(), got {new_state!r}") from e
+            raise RuntimeError(f"set_state: expected a state from Generator.get_state() of a generator on "
+                               f"{self.device}, got {new_state!r} ({e})") from e
+        self._seed, self._rng = seed, rng
         return self
-
-    def _cpu_only(self, what):
-        if self.device.type != "cpu":
-            raise RuntimeError(f"Generator.{what}: only CPU generators can save and restore their state in gpugrad; "
-                               f"this one is on {self.device}")
 
     def __repr__(self):
         return f"<gpugrad.Generator object on {self.device}>"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-__all__ = ["aminmax", "kthvalue", "max", "median", "min", "mode", "sort", "topk"]
+__all__ = ["aminmax", "kthvalue", "max", "median", "min", "mode", "sort", "topk", "histogram", "slogdet"]
 
 
 def _structseq(name, fields=("values", "indices")):
@@ -33,4 +33,8 @@ _NAMES = ("max", "min", "median", "mode", "sort", "topk", "kthvalue")
 globals().update({n: _structseq(n) for n in _NAMES}, aminmax=_structseq("aminmax", ("min", "max")))
 globals().update({n + "_out": _structseq(n + "_out") for n in _NAMES},  # the results of out= calls
                  aminmax_out=_structseq("aminmax_out", ("min", "max")))
-__all__ += [n + "_out" for n in __all__]
+# out= of histogram and slogdet gives their own types back (gpugrad has no separate _out types for them)
+globals().update(histogram=_structseq("histogram", ("hist", "bin_edges")),
+                 slogdet=_structseq("slogdet", ("sign", "logabsdet")),
+                 linalg_slogdet=_structseq("linalg_slogdet", ("sign", "logabsdet")))
+__all__ += [n + "_out" for n in __all__ if n not in ("histogram", "slogdet")] + ["linalg_slogdet"]

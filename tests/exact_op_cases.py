@@ -414,4 +414,43 @@ LOSS_ROWS = [
           ([[-1.0, 2.0]], [-1.0, 0.0]), [[Q(-1, 2), 2]]),
 ]
 
-ROWS = POINTWISE_ROWS + ARITH_ROWS + REDUCE_ROWS + MOVEMENT_ROWS + MATMUL_ROWS + LOSS_ROWS
+# issue 20: products with scaling, pointwise combinations with options
+API_ROWS = [
+    # 2 * [[19, 22], [43, 50]] + 0.5 * [[1, 2], [3, 4]]
+    Exact("addmm", "addmm", lambda c, a, b: gpugrad.addmm(c, a, b, beta=0.5, alpha=2),
+          ([[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]),
+          [[Q(77, 2), 45], [Q(175, 2), 102]]),
+    Exact("addmm_broadcast", "addmm", lambda c, a, b: c.addmm(a, b),
+          ([10.0, -10.0], [[1.0, 2.0]], [[3.0, 0.5], [-1.0, 2.0]]), [[11, Q(-11, 2)]]),
+    Exact("addcmul", "addcmul", lambda a, b, c: a.addcmul(b, c, value=-0.5), ([1.0, 2.0, 3.0], [2.0, -1.0, 0.5],
+                                                                             [3.0, 4.0, -2.0]), [-2, 4, Q(7, 2)]),
+    Exact("addcdiv", "addcdiv", lambda a, b, c: gpugrad.addcdiv(a, b, c, value=2), ([1.0, 2.0, 3.0], [1.0, -1.0, 2.0],
+                                                                                   [3.0, 4.0, -8.0]),
+          [Q(5, 3), Q(3, 2), Q(5, 2)]),
+    Exact("lerp", "lerp", lambda a, b: a.lerp(b, 0.25), ([0.0, 1.0, -2.0], [4.0, 3.0, 2.0]), [1, Q(3, 2), -1]),
+    # weight 1 gives end exactly (torch's second formula), 1/3 of the way in between
+    Exact("lerp_tensor", "lerp", lambda a, b, w: gpugrad.lerp(a, b, w), ([0.0, 1.0, 1e30, 0.0], [4.0, 3.0, 0.1, 3.0],
+                                                                         [0.0, 0.5, 1.0, 1 / 3]),
+          lambda a, b, w: a + w * (b - a)),
+    Exact("atan2", "atan2", lambda a, b: a.atan2(b),
+          ([1.0, 1.0, -1.0, 0.0, 0.0, 1e-30, -2.0], [1.0, 0.0, -1.0, 1.0, -1.0, 1.0, 0.0]),
+          lambda a, b: ew(MP.atan2)(a, b)),
+    Exact("linalg_inv", "linalg_inv", lambda a: gpugrad.linalg.inv(a), ([[2.0, 1.0], [1.0, 1.0]],), [[1, -1], [-1, 2]]),
+    Exact("linalg_inv_batch", "linalg_inv", lambda a: a.inverse(),
+          ([[[4.0, 0.0], [0.0, 0.5]], [[0.0, 2.0], [-1.0, 0.0]]],), [[[Q(1, 4), 0], [0, 2]], [[0, -1], [Q(1, 2), 0]]]),
+    # A = [[2, 1], [1, 3]]: A⁻¹ = [[3, -1], [-1, 2]] / 5
+    Exact("linalg_solve", "linalg_solve", lambda a, b: gpugrad.linalg.solve(a, b),
+          ([[2.0, 1.0], [1.0, 3.0]], [1.0, 2.0]), [Q(1, 5), Q(3, 5)], tol=tol(1e-15, 2e-7)),
+    Exact("linalg_solve_matrix", "linalg_solve", lambda a, b: gpugrad.linalg.solve(a, b),
+          ([[2.0, 1.0], [1.0, 3.0]], [[5.0, 0.0], [0.0, 5.0]]), [[3, -1], [-1, 2]], tol=tol(1e-15, 2e-7)),
+    Exact("linalg_det", "linalg_det", lambda a: gpugrad.linalg.det(a),
+          ([[[1.0, 2.0], [3.0, 4.0]], [[2.0, 0.0], [5.0, -3.0]]],), [-2, -6], tol=tol(1e-15, 2e-7)),
+    Exact("det_3x3", "linalg_det", lambda a: a.det(), ([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [1.0, 1.0, 4.0]],), 24,
+          tol=tol(1e-15, 2e-7)),
+    Exact("linalg_slogdet", "linalg_slogdet", lambda a: gpugrad.linalg.slogdet(a).logabsdet,
+          ([[1.0, 2.0], [3.0, 4.0]],), MP.log(2), tol=tol(1e-15, 2e-7)),
+    Exact("linalg_slogdet_sign", "linalg_slogdet", lambda a: gpugrad.slogdet(a).sign,
+          ([[[1.0, 2.0], [3.0, 4.0]], [[2.0, 0.0], [0.0, 3.0]], [[1.0, 2.0], [2.0, 4.0]]],), [-1, 1, 0]),
+]
+
+ROWS = POINTWISE_ROWS + ARITH_ROWS + REDUCE_ROWS + MOVEMENT_ROWS + MATMUL_ROWS + LOSS_ROWS + API_ROWS

@@ -359,6 +359,65 @@ SURFACE_CASES = [
 ]
 
 
+# issue 20: products with scaling, pointwise combinations with options
+API_CASES = [
+    _surface("addmm", lambda t, c, a, b: t.addmm(c, a, b, beta=0.5, alpha=2.0), lambda c, a, b: 0.5 * c + 2 * a @ b,
+             [((2, 4), (2, 3), (3, 4)), ((4,), (2, 3), (3, 4))]),
+    _surface("addmm_default", lambda t, c, a, b: c.addmm(a, b), lambda c, a, b: c + a @ b, [((1, 4), (2, 3), (3, 4))],
+             op="addmm"),
+    _surface("addcmul", lambda t, a, b, c: t.addcmul(a, b, c, value=-0.5), lambda a, b, c: a - 0.5 * b * c,
+             [((2, 3), (2, 3), (2, 3)), ((2, 1), (3,), (2, 3))]),
+    _surface("addcdiv", lambda t, a, b, c: t.addcdiv(a, b, c, value=2.0), lambda a, b, c: a + 2 * b / c,
+             [((2, 3), (2, 3), (2, 3)), ((3,), (2, 3), (3,))], low=0.5, high=2.0),
+    _surface("lerp", lambda t, a, b: t.lerp(a, b, 0.3), lambda a, b: a + 0.3 * (b - a),
+             [((2, 3), (2, 3)), ((2, 3), (3,))]),
+    _surface("lerp_tensor", lambda t, a, b, w: a.lerp(b, w), lambda a, b, w: a + w * (b - a),
+             [((2, 3), (2, 3), (2, 3)), ((3,), (2, 3), (2, 1))], op="lerp"),
+    _surface("atan2", lambda t, a, b: t.atan2(a, b), np.arctan2, [((3, 4), (3, 4)), ((3, 4), (4,))], avoid=(0.0,)),
+    # square matrices kept well conditioned: entries in [-1, 1] plus 4 (or -4) on the diagonal
+    _surface("linalg_inv", lambda t, a: t.linalg.inv(_shifted(t, a)), lambda a: np.linalg.inv(_np_shifted(a)),
+             [((3, 3),), ((2, 3, 3),)], low=-1.0, high=1.0),
+    _surface("inverse", lambda t, a: _shifted(t, a, -4.0).inverse(), lambda a: np.linalg.inv(_np_shifted(a, -4.0)),
+             [((2, 2),)], op="linalg_inv", low=-1.0, high=1.0),
+    _surface("linalg_solve", lambda t, a, b: t.linalg.solve(_shifted(t, a), b),
+             lambda a, b: _np_solve(_np_shifted(a), b),
+             [((3, 3), (3, 2)), ((2, 3, 3), (3,)), ((2, 3, 3), (2, 3)), ((2, 1, 3, 3), (4, 3, 2))], low=-1.0, high=1.0),
+    _surface("linalg_solve_left", lambda t, a, b: t.linalg.solve(_shifted(t, a), b, left=False),
+             lambda a, b: np.swapaxes(_np_solve(np.swapaxes(_np_shifted(a), -1, -2), np.swapaxes(b, -1, -2)), -1, -2),
+             [((3, 3), (2, 3))], op="linalg_solve", low=-1.0, high=1.0),
+    _surface("linalg_det", lambda t, a: t.linalg.det(_shifted(t, a)), lambda a: np.linalg.det(_np_shifted(a)),
+             [((3, 3),), ((2, 3, 3),)], low=-1.0, high=1.0),
+    _surface("det_unshifted", lambda t, a: a.det(), np.linalg.det, [((3, 3),), ((2, 2, 2),)], op="linalg_det"),
+    _surface("linalg_slogdet", lambda t, a: t.linalg.slogdet(_shifted(t, a, -4.0)).logabsdet,
+             lambda a: np.linalg.slogdet(_np_shifted(a, -4.0))[1], [((3, 3),), ((2, 3, 3),)], low=-1.0, high=1.0),
+    _surface("logdet", lambda t, a: t.logdet(_shifted(t, a)), lambda a: np.log(np.linalg.det(_np_shifted(a))),
+             [((2, 3, 3),)], op="linalg_slogdet", low=-1.0, high=1.0),
+    _surface("matrix_norm_1", lambda t, a: t.linalg.matrix_norm(a, 1), lambda a: np.abs(a).sum(-2).max(-1),
+             [((3, 4),), ((2, 3, 4),)], op="max", avoid=(0.0,)),
+    _surface("matrix_norm_inf", lambda t, a: t.linalg.matrix_norm(a, float("-inf"), dim=(0, 2), keepdim=True),
+             lambda a: np.abs(a).sum(2, keepdims=True).min(0, keepdims=True), [((3, 2, 4),)], op="min", avoid=(0.0,)),
+    _surface("matrix_norm_fro", lambda t, a: t.linalg.norm(a, dim=(0, 1)), lambda a: np.sqrt((a * a).sum((0, 1))),
+             [((3, 4, 2),)], op="norm"),
+]
+
+
+def _shifted(lib, a, by=4.0):
+    return a + by * lib.eye(a.shape[-1], dtype=a.dtype)
+
+
+def _np_shifted(a, by=4.0):
+    return a + by * np.eye(a.shape[-1])
+
+
+def _np_solve(a, b):
+    """A⁻¹ B with torch's rule for B: a batch of vectors when 1-D or of A's shape without its last dim."""
+    vector = b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1])
+    rhs = b[..., None] if vector else b
+    batch = np.broadcast_shapes(a.shape[:-2], rhs.shape[:-2])
+    x = np.linalg.solve(np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(rhs, batch + rhs.shape[-2:]))
+    return x[..., 0] if vector else x
+
+
 CASES = [
     # arithmetic, with broadcasting, scalars, empty and 0-d shapes
     OpCase("add", lambda a, b: a + b, np.add, [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((), (2, 3)), ((0, 4), (4,))],
@@ -419,6 +478,7 @@ CASES = [
     OpCase("std_all", lambda a: a.std(correction=0), lambda a: a.std(), [((3, 5),)], op="std",
            torch_fn=lambda a: a.std(correction=0)),
     *SURFACE_CASES,
+    *API_CASES,
     # movement
     OpCase("reshape", lambda a: a.reshape(4, 3), lambda a: a.reshape(4, 3), [((3, 4),)],
            torch_fn=lambda a: a.reshape(4, 3)),

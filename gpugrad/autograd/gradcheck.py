@@ -7,6 +7,7 @@ import numpy as np
 from gpugrad._tensor import Tensor
 from gpugrad.autograd import forward_ad
 from gpugrad.core.backprop import grad
+from gpugrad.core.tensor import new
 
 
 class GradcheckError(RuntimeError):
@@ -65,7 +66,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
         jv = (plus - minus) / (2 * eps)
         numeric = float(np.dot(jv, np.concatenate([u.ravel() for u in us])))
         if check_backward_ad:
-            gouts = [Tensor(u, dtype=o.dtype, device=o.device) for u, o in zip(us, outs)]
+            gouts = [new(u, dtype=o.dtype, device=o.device) for u, o in zip(us, outs)]
             live = [k for k, o in enumerate(outs) if o.requires_grad]
             grads = grad([outs[k] for k in live], [inputs[i] for i in diff], [gouts[k] for k in live],
                          retain_graph=True, allow_unused=True) if live else [None] * len(diff)
@@ -102,7 +103,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
                     if o.requires_grad:
                         onehot = np.zeros(o._data.size)
                         onehot[m] = 1.0
-                        (g,) = grad(o, x, Tensor(onehot.reshape(o.shape), dtype=o.dtype, device=o.device),
+                        (g,) = grad(o, x, new(onehot.reshape(o.shape), dtype=o.dtype, device=o.device),
                                     retain_graph=True, allow_unused=True)
                         if g is not None:
                             if check_grad_dtypes and g.dtype != x.dtype:
@@ -135,7 +136,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e
     diff = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if grad_outputs is None:
         rng = np.random.default_rng(seed + 1)
-        grad_outputs = tuple(Tensor(rng.standard_normal(o.shape), dtype=o.dtype, device=o.device, requires_grad=True)
+        grad_outputs = tuple(new(rng.standard_normal(o.shape), dtype=o.dtype, device=o.device, requires_grad=True)
                              for o in _outputs(fn, inputs) if o.requires_grad)
     grad_outputs = (grad_outputs,) if isinstance(grad_outputs, Tensor) else tuple(grad_outputs)
     n = len(inputs)
@@ -162,7 +163,7 @@ def _jvp(fn, inputs, directions):
         duals = list(inputs)
         for i, v in directions.items():
             x = inputs[i]
-            duals[i] = forward_ad.make_dual(x, Tensor(v, dtype=x.dtype, device=x.device))
+            duals[i] = forward_ad.make_dual(x, new(v, dtype=x.dtype, device=x.device))
         parts = []
         for o in _outputs(fn, duals):
             t = forward_ad.unpack_dual(o).tangent

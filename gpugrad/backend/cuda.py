@@ -127,7 +127,7 @@ def unavailable_reason() -> str:
 
 
 def _index(device) -> int:
-    return 0 if device is None else device if isinstance(device, int) else parse_device(device).index
+    return parse_device("cuda" if device is None else device).index
 
 
 def get_device_name(device=None) -> str:

@@ -73,7 +73,11 @@ def set_default_device(device):
     _STACK[0] = None if device is None else Device(device)
 
 
+CURRENT_CUDA = [0]  # the device "cuda" names: torch.cuda.set_device's (and torch.accelerator's) choice
+
+
 def parse_device(spec) -> Device:
-    """A device with its index: "cuda" is CUDA device 0."""
+    """A device with its index: "cuda" is the current CUDA device (0 unless ``gpugrad.cuda.set_device`` chose)."""
     d = Device(spec)
-    return Device("cuda", 0) if d.type == "cuda" and d.index is None else Device("cpu") if d.type == "cpu" else d
+    return Device("cuda", CURRENT_CUDA[0]) if d.type == "cuda" and d.index is None else Device("cpu") \
+        if d.type == "cpu" else d

@@ -40,4 +40,4 @@ def default_device() -> Device:
     env = os.environ.get("GPUGRAD_DEVICE")
     if env:
         return parse_device(env)
-    return Device("cuda", 0) if cuda.is_available() else Device("cpu")
+    return parse_device("cuda") if cuda.is_available() else Device("cpu")

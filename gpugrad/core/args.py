@@ -3,6 +3,7 @@ and index arguments."""
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -67,8 +68,22 @@ def index_array(idx, like, op):
     return array.astype(np.int64) if array.size == 0 and array.dtype.kind == "f" else array  # x[[]]
 
 
+def _list_as_tuple(key):
+    """Whether torch reads the list ``key`` as a tuple of indices (x[[[0, 4], [2, 2]]] is x[[0, 4], [2, 2]]) rather
+    than as one index array: NumPy's old rule, which torch 2.x keeps (python_variable_indexing.cpp,
+    treatSequenceAsTuple): a list shorter than 32 holding a sequence, a tensor, a slice, Ellipsis or None."""
+    return len(key) < 32 and any(isinstance(k, (list, tuple, range, np.ndarray, TensorBase, slice)) or k is None
+                                 or k is Ellipsis for k in key)
+
+
 def index_key(key, like):
-    """Tensor and list indices become arrays of the tensor's backend; the rest passes through."""
+    """Tensor and list indices become arrays of the tensor's backend; the rest passes through.  A list that holds
+    sequences, slices, None or Ellipsis is read as a tuple, as torch reads it (with torch's deprecation warning)."""
+    if type(key) is list and _list_as_tuple(key):
+        warnings.warn("Using a non-tuple sequence for multidimensional indexing is deprecated; use x[tuple(seq)] "
+                      "instead of x[seq]: gpugrad, as torch 2.x, reads the list as a tuple of indices, where NumPy and "
+                      "future torch read it as one index array", UserWarning, stacklevel=3)
+        key = tuple(key)
     keys = key if isinstance(key, tuple) else (key,)
     out = tuple(index_array(k, like, "index") if isinstance(k, (TensorBase, list, np.ndarray)) else
                 int(k) if isinstance(k, np.integer) else k for k in keys)

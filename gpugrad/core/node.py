@@ -30,22 +30,60 @@ def modified_error(tensor, producer, now, expected, detail=""):
 
 
 class RemovableHandle:
-    """What ``register_hook`` and friends return: ``remove()`` takes the hook out again (torch's
-    ``torch.utils.hooks.RemovableHandle``); usable as a context manager that removes on exit."""
+    """What every hook registration returns (torch's ``torch.utils.hooks.RemovableHandle``, also as
+    ``gpugrad.utils.hooks.RemovableHandle``): ``remove()`` takes the hook out of ``hooks_dict`` (a mapping from
+    handle ids to hooks: an OrderedDict, or :class:`Hooks`); a context manager that removes on exit.
+    ``extra_dict`` (a dict or a list of them) loses the same key on removal."""
 
-    def __init__(self, hooks, hook):
-        self._hooks, self._hook = hooks, hook
+    next_id = 0
+
+    def __init__(self, hooks_dict, *, extra_dict=None):
+        self.hooks_dict_ref = weakref.ref(hooks_dict)
+        self.id = RemovableHandle.next_id
+        RemovableHandle.next_id += 1
+        extras = extra_dict if isinstance(extra_dict, list) else [] if extra_dict is None else [extra_dict]
+        self.extra_dict_ref = tuple(weakref.ref(d) for d in extras)
 
     def remove(self):
-        if self._hook in self._hooks:
-            self._hooks.remove(self._hook)
+        for ref in (self.hooks_dict_ref, *self.extra_dict_ref):
+            hooks = ref()
+            if hooks is not None and self.id in hooks:
+                del hooks[self.id]
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.remove()
-        return False
+
+
+class Hooks:
+    """A tensor's or a node's hooks in registration order, removable by handle: iterating gives the hooks."""
+
+    __slots__ = ("_by_id", "__weakref__")
+
+    def __init__(self):
+        self._by_id = {}
+
+    def add(self, hook) -> RemovableHandle:
+        handle = RemovableHandle(self)
+        self._by_id[handle.id] = hook
+        return handle
+
+    def __iter__(self):
+        return iter(list(self._by_id.values()))
+
+    def __len__(self):
+        return len(self._by_id)
+
+    def __contains__(self, handle_id):
+        return handle_id in self._by_id
+
+    def __delitem__(self, handle_id):
+        del self._by_id[handle_id]
+
+    def clear(self):
+        self._by_id.clear()
 
 
 class Node:
@@ -78,9 +116,8 @@ class Node:
 
     def register_prehook(self, hook):
         if self._pre_hooks is None:
-            self._pre_hooks = []
-        self._pre_hooks.append(hook)
-        return RemovableHandle(self._pre_hooks, hook)
+            self._pre_hooks = Hooks()
+        return self._pre_hooks.add(hook)
 
     def run_backward(self, gy, create_graph: bool):
         raise NotImplementedError(f"{self.name()} has no backward")
@@ -112,8 +149,7 @@ class AccumulateGrad(Node):
         link = tensor._accumulator
         if type(link) is not _LeafHooks:
             link = tensor._accumulator = _LeafHooks(link)
-        link.hooks.append(hook)
-        return RemovableHandle(link.hooks, hook)
+        return link.hooks.add(hook)
 
     @staticmethod
     def of(tensor) -> "AccumulateGrad":
@@ -192,7 +228,7 @@ class _LeafHooks:
     __slots__ = ("ref", "hooks")
 
     def __init__(self, ref):
-        self.ref, self.hooks = ref, []
+        self.ref, self.hooks = ref, Hooks()
 
     def __call__(self):
         return self.ref() if self.ref is not None else None

@@ -31,11 +31,11 @@ class TensorBase:
     __array_ufunc__ = None  # numpy defers `ndarray + tensor` to Tensor.__radd__
     __hash__ = object.__hash__  # == is elementwise; identity hashing keeps tensors usable as dict keys
 
-    def __init__(self, data, requires_grad=False, dtype=None, device=None):
-        array, backend = to_array(data, dtype, device)
-        init(self, array, backend)
-        if requires_grad:
-            self.requires_grad_(True)
+    def __init__(self, *args, **kwargs):
+        """torch's legacy constructor: ``Tensor(2, 3)`` (uninitialized, the default float dtype), ``Tensor([1, 2])``
+        (the data in the default float dtype), ``Tensor()`` (empty), ``Tensor(other)`` (an alias of ``other``);
+        ``device=`` only.  ``gpugrad.tensor(data)`` infers the dtype instead."""
+        legacy_init(self, args, kwargs, None)
 
     def __reduce__(self):
         # Pickle/deepcopy by value: host data, device and flags (the backend holds modules, which do not pickle).
@@ -237,10 +237,61 @@ def init(t, array, backend):
 
 
 def new(data, dtype=None, device=None, requires_grad=False):
-    """``gpugrad.Tensor(data, ...)``: a new leaf holding a copy of ``data``."""
+    """``gpugrad.tensor(data, ...)``: a new leaf holding a copy of ``data``, its dtype inferred as torch infers it."""
     t = object.__new__(_CLASS)
-    TensorBase.__init__(t, data, requires_grad, dtype, device)
-    return t
+    init(t, *to_array(data, dtype, device))
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def legacy_init(t, args, kwargs, dtype, device_type=None):
+    """Fill ``t`` as torch's legacy constructors do (``torch.Tensor(...)``; ``torch.FloatTensor(...)`` with its
+    ``dtype`` and ``device_type``): no args: empty; ints or a Size: that shape, uninitialized; one sequence or array:
+    its values cast to the dtype (the default float dtype for Tensor); one Tensor: an alias (shares its memory)."""
+    device = kwargs.pop("device", None)
+    size = kwargs.pop("size", None)
+    if kwargs or (size is not None and args):
+        got = ", ".join([type(a).__name__ for a in args] + [f"{k}={type(v).__name__}" for k, v in kwargs.items()])
+        raise TypeError(f"new() received an invalid combination of arguments - got ({got}), but expected one of: "
+                        "(*, device), (Tensor other), (tuple of ints size, *, device), (object data, *, device)")
+    if device_type is not None:
+        if device is not None and get_backend(device).device.type != device_type:
+            raise RuntimeError(f"legacy constructor expects device type: {device_type} but device type: "
+                               f"{get_backend(device).device.type} was passed")
+        device = device if device is not None else device_type
+    dtype = np.dtype(DEFAULTS.float if dtype is None else to_np(dtype))
+    if size is not None:
+        args = tuple(size)
+    if len(args) == 1 and isinstance(args[0], TensorBase):
+        _alias(t, args[0], None if device_type is None else dtype)
+        return
+    if len(args) == 1 and isinstance(args[0], Size) or all(isinstance(a, numbers.Integral) for a in args):
+        shape = tuple(int(a) for a in (args[0] if len(args) == 1 and isinstance(args[0], Size) else args)) or (0,)
+        if any(n < 0 for n in shape):
+            bad = next(n for n in shape if n < 0)
+            raise RuntimeError(f"Trying to create tensor with negative dimension {bad}: {list(shape)}")
+        be = get_backend(device)
+        init(t, be.as_array(be.xp.empty(shape, dtype=dtype)), be)
+        return
+    data = args[0]
+    if len(args) > 1 or not (isinstance(data, (list, tuple, range)) or is_array(data)):
+        raise TypeError(f"new(): data must be a sequence (got {type(data).__name__})" if len(args) == 1 else
+                        f"new(): argument 'size' must be a tuple of ints, but got {[type(a).__name__ for a in args]}")
+    array, be = to_array(data, None, device)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"new(): invalid data type '{array.dtype.name}': expected real numbers")
+    init(t, array.astype(dtype, copy=False), be)
+
+
+def _alias(t, other, dtype):
+    """``Tensor(other)``: ``t`` becomes a view of all of ``other`` (same memory, version counter and, when other
+    requires grad, a node of its own, as torch's AliasBackward0)."""
+    if dtype is not None and other._data.dtype != dtype:
+        raise TypeError(f"expected a tensor of dtype {dtype.name}, got {other.dtype}: convert it with .to(dtype)")
+    view = other[...]
+    for slot in TensorBase.__slots__[:-1]:  # all but __weakref__
+        object.__setattr__(t, slot, getattr(view, slot))
+    if t._grad_fn is not None:
+        t._grad_fn._name = "AliasBackward0"
 
 
 def _rebuild(cls, array, device, requires_grad):

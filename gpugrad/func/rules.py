@@ -303,6 +303,32 @@ def linear(call):
     return y + b[0] if b and b[0] is not None else y
 
 
+@rule("addmm")
+def addmm(call):
+    """beta * input + alpha * mat1 @ mat2 over stacks of matrices: every operand padded to a matrix behind the batch
+    dims, so matmul broadcasts them and input broadcasts to each (n, p)."""
+    args = [pad(call.value(i), call.k, 2) if call.is_batched(i) else a for i, a in enumerate(call.args)]
+    return call.wrap(call.apply(*args))
+
+
+@rule("linalg_inv", "linalg_det")
+def matrix_stack(call):
+    """Ops on the last two dims of a stack of square matrices: the batch dims are more stack dims."""
+    return call.wrap(call.apply(call.value(0)))
+
+
+@rule("linalg_solve")
+def solve(call):
+    """A X = B with the batch in front of the broadcast dims: the side with fewer of them is padded to the other's
+    count, so the batch dims line up (``vector``: B's samples are (..., n), one dim fewer than a matrix's)."""
+    (a, b), k = call.args, call.k
+    rb = 1 if call.params.get("vector") else 2
+    dims = max(a.ndim - 2, b.ndim - rb)
+    va = pad(call.value(0), k, dims + 2) if call.is_batched(0) else a
+    vb = pad(call.value(1), k, dims + rb) if call.is_batched(1) else b
+    return call.wrap(call.apply(va, vb))
+
+
 @rule("einsum")
 def einsum(call):
     """Batch letters in front of every batched operand's subscripts and of the output's."""

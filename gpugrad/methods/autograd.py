@@ -5,7 +5,7 @@ import weakref
 
 from gpugrad.backend import backend_of
 from gpugrad.core.backprop import backward as _backward
-from gpugrad.core.node import AccumulateGrad, RemovableHandle
+from gpugrad.core.node import AccumulateGrad, Hooks
 from gpugrad.core.tensor import TensorBase, make
 from gpugrad.core.views import fresh
 
@@ -113,9 +113,8 @@ class AutogradMethods:
         if self._grad_fn is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
         if self._post_acc_hooks is None:
-            self._post_acc_hooks = []
-        self._post_acc_hooks.append(hook)
-        return RemovableHandle(self._post_acc_hooks, hook)
+            self._post_acc_hooks = Hooks()
+        return self._post_acc_hooks.add(hook)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (``gradient`` = upstream, for non-scalars)."""

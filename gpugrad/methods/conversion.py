@@ -5,13 +5,10 @@ import numpy as np
 
 from gpugrad.backend import get_backend
 from gpugrad.backend.deferred import raise_pending
+from gpugrad.core.names import TYPE_NAMES as _TYPE_NAMES
 from gpugrad.core.tensor import TensorBase
 from gpugrad.dtypes import as_dtype, is_dtype
 from gpugrad.ops.convert import Cast, Copy, ToDevice
-
-_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long", "int32": "Int",
-               "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool", "complex64": "ComplexFloat",
-               "complex128": "ComplexDouble"}
 
 
 class ConversionMethods:

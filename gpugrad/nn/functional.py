@@ -13,6 +13,7 @@ from gpugrad.core.grad_mode import no_grad
 from gpugrad.core.op import named
 from gpugrad.core.tensor import as_operand
 from gpugrad.functional import where as _where
+from gpugrad.nn.encoding import one_hot  # noqa: F401  (F.one_hot)
 from gpugrad.ops.activation import POINTWISE_OPS, BiasAct, Dropout
 from gpugrad.ops.declarations import ACTIVATIONS
 from gpugrad.ops.loss import (BinaryCrossEntropy, BinaryCrossEntropyWithLogits, CrossEntropy, HuberLoss, MseLoss,

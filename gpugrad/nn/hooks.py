@@ -9,37 +9,19 @@ replaced) gradients on to the real inputs.
 """
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
 
 from gpugrad._tensor import Tensor
 from gpugrad.backend import backend_of
 from gpugrad.core import tensor_xp
 from gpugrad.core.grad_mode import STATE
-from gpugrad.core.node import AccumulateGrad, Node
+from gpugrad.core.node import AccumulateGrad, Node, RemovableHandle
 
 KINDS = ("forward_pre", "forward", "backward", "backward_pre")
 
 
 def new_hooks():
     return {k: OrderedDict() for k in KINDS}
-
-
-class RemovableHandle:
-    """What ``register_*_hook`` returns: ``handle.remove()`` unregisters the hook (also as a context manager)."""
-    _next_id = itertools.count()
-
-    def __init__(self, hooks):
-        self.hooks_dict_ref, self.id = hooks, next(RemovableHandle._next_id)
-
-    def remove(self):
-        self.hooks_dict_ref.pop(self.id, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
 
 
 def add(module, kind, hook, prepend=False, **flags):

@@ -5,7 +5,7 @@ import numpy as np
 
 from gpugrad._tensor import Tensor
 from gpugrad.backend import backend_of
-from gpugrad.core.tensor import init, make
+from gpugrad.core.tensor import init, make, to_array
 
 
 class Parameter(Tensor):
@@ -30,8 +30,7 @@ class Parameter(Tensor):
             try:
                 array, be = data, backend_of(data)  # an ndarray / CuPy array: share it
             except TypeError:
-                Tensor.__init__(self, data)  # lists, scalars: convert (a fresh buffer)
-                array, be = self._data, self._backend
+                array, be = to_array(data)  # lists, scalars: convert as gpugrad.tensor does (a fresh buffer)
         init(self, array, be)
         if requires_grad:
             self.requires_grad_(True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from gpugrad.core.op import Op, named
 from gpugrad.core.registry import REGISTRY, register
 from gpugrad.core.tensor import TensorBase, as_operand
@@ -27,7 +29,10 @@ class Add(Op):
     def add(input, other, *, alpha=1):
         """input + alpha * other."""
         other = as_operand(other, input)
-        return Add.apply(input, other) if alpha == 1 else Add.apply(input, other, alpha=alpha)
+        if alpha == 1:
+            return Add.apply(input, other)
+        _check_alpha(input, other, alpha)
+        return Add.apply(input, other, alpha=alpha)
 
 
 @register("sub", inplace=True)
@@ -53,7 +58,16 @@ class Sub(Op):
     def sub(input, other, *, alpha=1):
         """input - alpha * other."""
         other = as_operand(other, input)
-        return Sub.apply(input, other) if alpha == 1 else Sub.apply(input, other, alpha=alpha)
+        if alpha == 1:
+            return Sub.apply(input, other)
+        _check_alpha(input, other, alpha)
+        return Sub.apply(input, other, alpha=alpha)
+
+
+def _check_alpha(input, other, alpha):
+    """As torch: a float alpha with integer operands would silently become an integer or promote; refuse it."""
+    if isinstance(alpha, float) and all(getattr(t, "dtype", np.dtype(type(t))).kind in "biu" for t in (input, other)):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
 @register("mul", inplace=True)

@@ -57,13 +57,12 @@ SCENARIOS = [
     Scenario("dynamic_depth", LOOSE, on_cuda=True),
     Scenario("build_model", on_cuda=True),
     Scenario("two_layer_net_three_ways", LOOSE, on_cuda=True),
-    Scenario("bigram_counts", missing=("multinomial", "bincount")),
-    Scenario("bigram_neural", LOOSE, missing=("nn.functional.one_hot", "multinomial")),
+    Scenario("bigram_counts"),
+    Scenario("bigram_neural", LOOSE),
     # not on_cuda: its torch.Generator() is a CPU one, and gpugrad's default device on a GPU is CUDA (torch, with
     # torch.set_default_device("cuda"), refuses a CPU generator for a CUDA draw the same way)
     Scenario("mlp_language_model", LOOSE),
-    # with a stand-in atan2 the scenario runs as with torch (several outputs, mark_non_differentiable)
-    Scenario("custom_function_outputs", missing=("atan2",)),
+    Scenario("custom_function_outputs"),
     Scenario("func_transforms"),
     Scenario("dataloader_training", LOOSE, on_cuda=True),
     Scenario("save_and_resume", on_cuda=True),

@@ -41,11 +41,11 @@ def test_namespace_file_matches_the_installed_cupy():
     cupy = pytest.importorskip("cupy", reason="CuPy is not installed: the committed namespace cannot be checked")
     ns, now = namespace.load(), namespace.generate()
     if ns["cupy_version"].split(".")[:2] == cupy.__version__.split(".")[:2]:
-        for key in ("functions", "ufuncs", "ndarray_methods", "random_generator", "cuda"):
+        for key in ("functions", "ufuncs", "ndarray_methods", "random_generator", "linalg", "cuda"):
             assert ns[key] == now[key], f"cupy_namespace.json [{key}] is stale: regenerate it with " \
                                         "python -m gpugrad.testing.cuda_sim.namespace --write"
     else:  # another CuPy: what the simulator offers must still exist there, with the keywords it accepts
-        for key in ("functions", "ndarray_methods", "random_generator"):
+        for key in ("functions", "ndarray_methods", "random_generator", "linalg"):
             for name, sig in ns[key].items():
                 assert name in now[key], f"{key}: CuPy {cupy.__version__} has no {name}"
                 if sig and now[key][name] and not now[key][name]["varkw"]:
@@ -55,7 +55,7 @@ def test_namespace_file_matches_the_installed_cupy():
 def test_simulated_module_offers_only_cupy_names(cp):
     ns = namespace.load()
     known = set(ns["functions"]) | set(ns["ufuncs"]) | set(ns["classes"]) | set(ns["constants"])
-    extra = {n for n in vars(cp) if not n.startswith("_")} - known - {"cuda", "random", "simulated"}
+    extra = {n for n in vars(cp) if not n.startswith("_")} - known - {"cuda", "random", "linalg", "simulated"}
     assert not extra, f"the simulator offers names CuPy 14 does not have: {sorted(extra)}"
     methods = {n for n in dir(cp.ndarray) if not n.startswith("_")}
     assert methods <= set(ns["ndarray_methods"]) | set(ns["ndarray_attributes"]), \
@@ -321,3 +321,56 @@ def test_stream_capture_records_work_and_graph_launch_replays_it(cp):
     x[...] = 10.0  # replays read the buffers' current values
     g.launch()
     assert w.get().tolist() == [24.0, 28.0, 32.0, 36.0]  # y = 10 * 2 + w; w += y
+
+
+# ---- cupy.linalg (RULES.md 20-23) ------------------------------------------------------------------------------
+def test_linalg_refuses_a_capturing_stream(cp):
+    a = cp.asarray(np.eye(3) * 2)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        for call in (lambda: cp.linalg.inv(a), lambda: cp.linalg.solve(a, a), lambda: cp.linalg.det(a),
+                     lambda: cp.linalg.slogdet(a), lambda: cp.linalg.svd(a), lambda: cp.linalg.qr(a)):
+            with pytest.raises(NotImplementedError, match="calling cuSOLVER API during stream capture is currently "
+                                                          "unsupported"):
+                call()
+        s.end_capture()
+    np.testing.assert_allclose(cp.linalg.inv(a).get(), np.eye(3) / 2)  # eager works
+
+
+def test_linalg_of_a_singular_matrix_raises_nothing(cp):
+    singular = cp.asarray(np.array([[1.0, 2.0], [2.0, 4.0]]))
+    assert np.isnan(cp.linalg.inv(singular).get()).all()
+    assert np.isnan(cp.linalg.solve(singular, cp.ones((2, 1))).get()).all()
+    assert float(cp.linalg.det(singular)) == 0.0
+
+
+def test_linalg_solve_does_not_broadcast(cp):
+    a = cp.asarray(np.tile(np.eye(3), (2, 1, 1)))
+    with pytest.raises(ValueError, match=r"b must have \(\.\.\., M, K\)"):
+        cp.linalg.solve(a, cp.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"b must have \(M,\)"):
+        cp.linalg.solve(a, cp.ones(4))
+    assert cp.linalg.solve(a, cp.ones((2, 3, 2))).shape == (2, 3, 2)
+
+
+def test_linalg_refuses_float16_and_host_arrays(cp):
+    with pytest.raises(TypeError, match="float16 is unsupported in linalg"):
+        cp.linalg.inv(cp.ones((2, 2), dtype=np.float16))
+    with pytest.raises(np.linalg.LinAlgError, match="only supports cupy.ndarray"):
+        cp.linalg.det(np.eye(2))
+    with pytest.raises(AttributeError, match="does not implement it"):
+        cp.linalg.eigvals  # noqa: B018 - CuPy has it; the simulator does not
+
+
+def test_generator_state_lives_in_device_memory(cp):
+    """RULES.md 24: ``Generator.bit_generator._state`` is an int8 device array that every draw advances; writing an
+    old copy back restores the stream (what gpugrad.cuda.get_rng_state / set_rng_state rely on)."""
+    g = cp.random.default_rng(3)
+    state = g.bit_generator._state
+    assert type(state) is cp.ndarray and state.dtype == np.int8
+    saved = state.copy()
+    first = g.random(4).get()
+    assert not np.array_equal(g.bit_generator._state.get(), saved.get())
+    g.bit_generator._state[...] = saved
+    np.testing.assert_array_equal(g.random(4).get(), first)

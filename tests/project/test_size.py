@@ -48,7 +48,13 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # library 10555 -> 11899 (issue 20, gpugrad.func, ~1,345): vmap's batched tensors, levels, batching layer and ~30
 # rules (~650), grad / grad_and_value / vjp / jacrev / hessian (~230), jvp / jacfwd (~140), functional_call (~70),
 # pytrees (~75), the hooks below (Op.apply, random draws, custom Functions, expand, in-place, ~25).
-BUDGETS = {"library": 11899, "tooling": 2480, "testing": 1960}
+# library 11899 -> 13060, testing 1960 -> 2105 (issue 20, the API real scripts call, ~1160 + ~80): linalg
+# inv/solve/det/slogdet ops with every order of derivative and torch's errors, linalg's norms (~300); addmm, addcmul,
+# addcdiv, lerp, atan2 (~175); multinomial, bernoulli, bincount, histc, histogram, one_hot (~245); printing by
+# torch's formatter with set_printoptions (~110); nn.init's missing fills (~95); legacy constructors, torch.cuda
+# seeds and generator states, accelerator, compile, one RemovableHandle, list-of-lists indexing, arange (~235); the
+# simulated device's cupy.linalg and generator state in device memory (~80).
+BUDGETS = {"library": 13060, "tooling": 2480, "testing": 2105}
 
 
 def code_lines(path: Path) -> int:

@@ -65,7 +65,7 @@ def module(devices: int | None = None) -> types.ModuleType:
     global _module
     import numpy as np
 
-    from gpugrad.testing.cuda_sim import _state, array, cuda, functions, kernels, random
+    from gpugrad.testing.cuda_sim import _state, array, cuda, functions, kernels, linalg, random
     from gpugrad.testing.cuda_sim.namespace import load
 
     _state.device_count = devices or requested_devices() or _state.device_count
@@ -83,7 +83,7 @@ def module(devices: int | None = None) -> types.ModuleType:
                 setattr(m, name, getattr(np, name))
         m.ndarray, m.ufunc = array.ndarray, functions.ufunc
         m.RawModule, m.RawKernel, m.ElementwiseKernel = kernels.RawModule, kernels.RawKernel, kernels.ElementwiseKernel
-        m.cuda, m.random = cuda.build(), random.build()
+        m.cuda, m.random, m.linalg = cuda.build(), random.build(), linalg.build()
         m.__version__ = ns["cupy_version"]
         m._util = types.SimpleNamespace(PerformanceWarning=PerformanceWarning)
         m.simulated = True

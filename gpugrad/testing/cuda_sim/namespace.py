@@ -99,6 +99,7 @@ def generate() -> dict:
     import cupy
     import cupy.cuda
     import cupy.cuda.runtime
+    import cupy.linalg
     import cupy.random
 
     with warnings.catch_warnings():  # NOTE: imported lazily by CuPy; it warns when libnccl is missing (no GPU)
@@ -140,6 +141,8 @@ def generate() -> dict:
                    if callable(getattr(cupy.random, n))},
         "random_generator": {n: signature_of(getattr(cupy.random.Generator, n), n)
                              for n in _public(cupy.random.Generator)},
+        "linalg": {n: signature_of(getattr(cupy.linalg, n), n) for n in _public(cupy.linalg)
+                   if callable(getattr(cupy.linalg, n)) and not inspect.isclass(getattr(cupy.linalg, n))},
         "cuda": _public(cupy.cuda),
         "cuda_runtime": _public(cupy.cuda.runtime),
         "cuda_device": _public(cupy.cuda.Device),

@@ -17,6 +17,7 @@ import numpy as np
 
 from gpugrad._tensor import Tensor
 from gpugrad.backend import backend_of
+from gpugrad.core.tensor import new
 from gpugrad.utils.data.sampler import _rng
 
 
@@ -95,7 +96,7 @@ class TensorDataset(Dataset):
     def __getitem__(self, index):
 
         # NOTE: explicit device: a[i] of a 1-d array is a NumPy scalar, which would otherwise go to the default device
-        return tuple(Tensor(a[index], device=backend_of(a).device) for a in self.arrays)
+        return tuple(new(a[index], device=backend_of(a).device) for a in self.arrays)
 
     def __len__(self):
         return len(self.arrays[0])
