@@ -171,11 +171,16 @@ def test_outputs_go_into_created_directories_and_through_symlinks(monkeypatch, t
     ("run_mlp", KeyboardInterrupt(), ["kernels", "matmul"]),  # what `timeout -s INT` (scripts/gpu-check.sh) sends
     ("run_engine", RuntimeError("cudaErrorLaunchFailure"), ["kernels", "matmul", "mlp"]),
 ])
-def test_finished_sections_stay_on_disk_when_a_later_one_is_cut_short(monkeypatch, tmp_path, section, exc, kept):
+def test_finished_sections_stay_on_disk_when_a_later_one_is_cut_short(monkeypatch, tmp_path, capsys, section, exc,
+                                                                     kept):
     _fake_measurements(monkeypatch, fail=(section, exc))
     path = tmp_path / "b.json"
-    with pytest.raises(type(exc)):
-        cli_main(["bench", "--device", "cpu", "--no-progress", "--json", str(path)])
+    argv = ["bench", "--device", "cpu", "--no-progress", "--json", str(path)]
+    if isinstance(exc, KeyboardInterrupt):  # exit 130, one line
+        assert cli_main(argv) == 130 and capsys.readouterr().err == "\ngpugrad bench: interrupted\n"
+    else:
+        with pytest.raises(type(exc)):
+            cli_main(argv)
     res = json.loads(path.read_text())
     assert res["complete"] is False and res["environment"]["cpu"]["model"] == "test CPU"
     assert res["stopped"] == (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
