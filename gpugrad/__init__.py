@@ -1,6 +1,9 @@
 """gpugrad: a define-by-run autograd engine on NumPy (CPU) and CuPy (CUDA) with hand-written CUDA kernels."""
 from __future__ import annotations
 
+# NOTE: first, so that a Ctrl-C while the rest imports ends the `gpugrad` command with one line (only when this
+# process is the command: see _command.py)
+from gpugrad import _command  # noqa: F401
 from gpugrad import autograd, cuda, return_types
 from gpugrad._tensor import Tensor
 from gpugrad.backend import default_device

@@ -26,6 +26,7 @@ import errno
 import json
 import math
 import os
+import re
 import secrets
 import stat
 from collections import OrderedDict
@@ -41,8 +42,8 @@ from gpugrad.dtypes import Size
 from gpugrad.nn.parameter import Parameter
 
 FORMAT = "gpugrad.save/1"  # the metadata's "format" entry
-MAX_BYTES = 2 << 30  # default cap on a file's arrays: the CLI checkpoint reader's (gpugrad/cli/checkpoint.py)
-MAX_BYTES_ENV = "GPUGRAD_MAX_CHECKPOINT_BYTES"  # overrides MAX_BYTES
+MAX_BYTES = 2 << 30  # default cap on a file's arrays, for gpugrad.load and `gpugrad train`'s checkpoints alike
+MAX_BYTES_ENV = "GPUGRAD_MAX_CHECKPOINT_BYTES"  # overrides MAX_BYTES (here and for `gpugrad train`'s checkpoints)
 MAX_HEADER = 100_000_000  # bytes of JSON header: safetensors' own limit
 _SCALARS = (type(None), bool, int, float, str)
 # the sequence types load rebuilds, by the manifest entry's name (the names save has always written)
@@ -132,27 +133,43 @@ def save(obj, f):
     if hasattr(f, "write"):
         f.write(data)
     else:
-        _write_atomically(os.fspath(f), data)
+        write_atomically(os.fspath(f), data)
 
 
-def _write_atomically(path, data):
-    """``data`` into ``path``'s file (a symlink's target) as one rename; an OSError names ``path``, and leaves the
-    target as it was and no temporary file."""
+class WriteError(OSError):
+    """A failed atomic write: ``errno`` and ``filename`` as the cause's; its text is one sentence naming the file."""
+
+    def __str__(self):
+        return self.strerror
+
+
+def write_atomically(path, data, *, by="gpugrad.save", kind="file"):
+    """``data`` (bytes, or a function writing into a binary file) into ``path``'s file (a symlink's target) as one
+    rename, keeping an existing file's mode.  On any exception (KeyboardInterrupt too) the target stays as it was
+    and no temporary file is left; an OSError becomes a WriteError: "<by> could not write <path>: <reason>; the
+    previous <kind> there is intact" (or "no <kind> was written").  A temporary file a killed writer left
+    (``.<name>.<pid>.<8 hex digits>.tmp``, that pid no longer running) is removed first."""
     target = os.path.realpath(path)
     folder, name = os.path.split(target)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")  # as the CLI's checkpoints
-    made = False
+    for stale in _stale_temps(folder, name):
+        with contextlib.suppress(OSError):
+            os.unlink(stale)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    made, mode = False, None
     try:
         try:
             mode = stat.S_IMODE(os.stat(target).st_mode)
         except FileNotFoundError:
-            mode = None  # NOTE: os.open's 0o666 then gets the umask (and a default ACL) applied, as open()'s does
+            pass  # NOTE: os.open's 0o666 then gets the umask (and a default ACL) applied, as open()'s does
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         made = True
         with os.fdopen(fd, "wb") as out:
             if mode is not None and hasattr(os, "fchmod"):
                 os.fchmod(out.fileno(), mode)
-            out.write(data)
+            if callable(data):
+                data(out)
+            else:
+                out.write(data)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, target)
@@ -162,8 +179,9 @@ def _write_atomically(path, data):
                 os.unlink(tmp)
         if isinstance(e, OSError):
             where = path if target == os.path.abspath(path) else f"{path} (-> {target})"
-            raise OSError(e.errno, f"gpugrad.save could not write {where}: {e.strerror or e}; the file there, if "
-                                   "any, is unchanged", path) from None
+            kept = f"the previous {kind} there is intact" if mode is not None else f"no {kind} was written"
+            raise WriteError(e.errno, f"{by} could not write {where}: {e.strerror or e}; {kept}".lstrip(),
+                             os.fspath(path)) from None
         raise
     with contextlib.suppress(OSError):  # NOTE: the rename is durable once the directory entry is flushed (POSIX)
         dir_fd = os.open(folder, os.O_RDONLY)
@@ -171,6 +189,32 @@ def _write_atomically(path, data):
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+    return target
+
+
+def _stale_temps(folder, name):
+    """Temporary files of ``write_atomically`` into ``folder/name`` whose writer is gone: regular files named
+    ``.<name>.<pid>.<8 chars>.tmp`` with no running process ``pid``."""
+    if os.name != "posix":  # NOTE: os.kill(pid, 0) would terminate the process on Windows; keep everything
+        return []
+    pattern = re.compile(re.escape(f".{name}.") + r"(\d+)\.[a-z0-9_]{8}\.tmp")
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    return [e.path for e in entries if (m := pattern.fullmatch(e.name)) and e.is_file(follow_symlinks=False)
+            and not _running(int(m.group(1)))]
+
+
+def _running(pid):
+    """Whether ``pid`` may still be writing (this process, another thread, counts as running)."""
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # someone else's process (EPERM), or no valid pid: leave its file alone
+        pass
+    return True
 
 
 def _device_for(saved, map_location, bad):

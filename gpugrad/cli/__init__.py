@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import signal
 import sys
 
-from gpugrad import __version__
+from gpugrad import __version__, _command
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 # name -> (module, one-line help)
 SUBCOMMANDS = {
@@ -41,7 +44,8 @@ def build_parser(chosen=None):
 
 
 def main(argv=None) -> int:
-    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit code.  A Ctrl-C at any moment
+    exits 130 with one line (while gpugrad imports, gpugrad/_command.py's guard says it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(chosen if chosen in SUBCOMMANDS else None)
@@ -49,4 +53,16 @@ def main(argv=None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    return int(args._run(args) or 0)
+    if _command.GUARDED:  # the imports are done: a Ctrl-C is a KeyboardInterrupt again, which the command handles
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print(f"\ngpugrad {chosen}: interrupted", file=sys.stderr, flush=True)
+        code = EXIT_INTERRUPTED
+    if _command.IS_COMMAND:
+        # NOTE: the outcome is decided: a Ctrl-C or SIGTERM while the interpreter shuts down must not turn the exit
+        # code into a death by that signal (the second Ctrl-C that arrives while a checkpoint is saved)
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+    return code

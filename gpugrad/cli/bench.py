@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from gpugrad import cuda
 from gpugrad.backend import get_backend
-from gpugrad.bench import distributed, modes, report, suites
+from gpugrad.bench import distributed, memory, modes, report, suites
 from gpugrad.bench.suites import SECTIONS
 from gpugrad.bench.workloads.torch_peer import torch_for
 from gpugrad.cli.checkpoint import output_path
@@ -66,7 +66,8 @@ def add_arguments(parser):
                         help="where to measure (default: all: cpu, and cuda when available)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke run)")
     parser.add_argument("--sizes", type=_shape, metavar="ROWSxCOLS",
-                        help="shape of the kernel inputs (default: per device, see gpugrad.bench.suites.config_for)")
+                        help="shape of the kernel inputs (default: per device, see gpugrad.bench.suites.config_for); "
+                        "sizes whose arrays cannot fit in the device's memory are refused")
     parser.add_argument("--sections", type=_sections, default=SECTIONS, metavar="LIST",
                         help=f"comma-separated subset of {','.join(SECTIONS)} to run (default: all)")
     parser.add_argument("--json", metavar="PATH", help="write every figure and the environment as JSON")
@@ -115,11 +116,19 @@ def _check_outputs(args):
         check_plot_path(args.plot, "--plot")
 
 
+def _check_sizes(args, devices):
+    """Before anything is allocated: --sizes whose kernel inputs cannot fit in a device's memory are refused."""
+    if args.sizes and "kernels" in args.sections and not (args.modes or args.distributed):
+        for device in devices:
+            memory.check_fits(get_backend(device), args.sizes)
+
+
 def run(args) -> int:
     try:
         devices, skipped = _devices(args.device)
         _check_outputs(args)
-    except (RuntimeError, OSError) as e:  # PlotUnavailable is a RuntimeError
+        _check_sizes(args, devices)
+    except (RuntimeError, OSError) as e:  # PlotUnavailable and memory.TooLarge are RuntimeErrors
         print(f"gpugrad bench: {e}", file=sys.stderr)
         return 2
     if args.modes:

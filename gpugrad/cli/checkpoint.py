@@ -5,10 +5,11 @@ under its flattened path (``model/0.weight``, ``optimizer/state/0/exp_avg``); ev
 ints, floats, strings, lists, tuples, dicts with int keys) goes into one JSON document stored as the uint8 member
 ``__meta__``.  Loading uses ``numpy.load(allow_pickle=False)``, so a checkpoint can never run code.
 
-Writes go to a temporary file in the target's directory, are fsynced and then ``os.replace``d over the target,
-so an interrupted or failed save leaves the previous checkpoint untouched; a symlink is written through (its
-target is replaced, the link stays).  A temporary file left by a killed save (``.<name>.<pid>.<random>.tmp``, its
-pid no longer running) is removed by the next save of the same target.
+Writes are gpugrad.save's (``gpugrad.serialization.write_atomically``): a temporary file in the target's directory,
+fsynced and then ``os.replace``d over the target, so an interrupted or failed save leaves the previous checkpoint
+untouched and says so, naming the file; a symlink is written through (its target is replaced, the link stays).  A
+temporary file left by a killed save (``.<name>.<pid>.<random>.tmp``, its pid no longer running) is removed by the
+next save of the same target.
 
 Loading never trusts a declared size: every array's shape is checked against the bytes its member holds, and all
 members together against a cap, ``MAX_BYTES`` (2 GiB uncompressed; set ``GPUGRAD_MAX_CHECKPOINT_BYTES=<bytes>`` or
@@ -21,12 +22,9 @@ decompressed past their declared size.  Whatever is wrong with a file is a Check
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import re
-import tempfile
 import zipfile
 import zlib
 from pathlib import Path
@@ -37,13 +35,14 @@ from gpugrad._tensor import Tensor
 from gpugrad.backend import backend_of, get_backend
 from gpugrad.creation import tensor
 from gpugrad.data.idx import byte_limit, read_into
+# NOTE: one byte cap for every checkpoint gpugrad reads (2 GiB of arrays, uncompressed: AdamW state of ~170M
+# parameters); load(max_bytes=...) overrides both
+from gpugrad.serialization import MAX_BYTES, MAX_BYTES_ENV, write_atomically
 
 FORMAT = "gpugrad-checkpoint"
 VERSION = 1
 META = "__meta__"
 KINDS = ("tensor", "numpy", "scalar", "array")  # how an array leaf comes back (the skeleton's "as")
-MAX_BYTES = 2 << 30  # default cap on all members together, uncompressed: 2 GiB (AdamW state of ~170M parameters)
-MAX_BYTES_ENV = "GPUGRAD_MAX_CHECKPOINT_BYTES"  # overrides MAX_BYTES; load(max_bytes=...) overrides both
 MAX_DEPTH = 64  # nesting of the saved tree; `gpugrad train`'s is 5 deep
 
 
@@ -161,74 +160,16 @@ def output_path(path, what="output") -> Path:
     return real
 
 
-def atomic_write(path, write, what="output"):
-    """Call ``write(file)`` on a temporary file next to ``path``, fsync it, then rename it over ``path``.
+def atomic_write(path, write, what="output", kind="file"):
+    """Call ``write(file)`` on a temporary file next to ``path``, fsync it, then rename it over ``path``
+    (gpugrad.serialization.write_atomically, after ``output_path``'s checks and its parent made).
 
     A symlink at ``path`` is written through (its target is replaced); a directory or other non-file there is an
-    OutputPathError.  On any exception (KeyboardInterrupt included) the temporary file is removed and ``path``
-    is untouched.  The temporary file is ``.<name>.<pid>.<8 random chars>.tmp``; one a killed process left (no
-    process with its pid runs any more) is removed here, before writing.
+    OutputPathError.  On any exception (KeyboardInterrupt included) ``path`` is untouched and no temporary file is
+    left; an OSError says so in one line naming the file ("... the previous <kind> there is intact").
     """
-    path = output_path(path, what)
-    for stale in _stale_temps(path):
-        with contextlib.suppress(OSError):
-            os.unlink(stale)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if hasattr(os, "fchmod"):  # mkstemp makes 0600; use the mode a plain open() would (POSIX only)
-                os.fchmod(f.fileno(), _file_mode(path))
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    # NOTE: the rename itself is durable only once the directory entry is flushed (POSIX; not on Windows)
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    return path
-
-
-def _stale_temps(path):
-    """Temporary files of ``atomic_write(path)`` whose writer is gone: ``.<name>.<pid>.<8 chars>.tmp`` (mkstemp's
-    random part is 8 of ``[a-z0-9_]``) next to ``path``, regular files, with no running process ``pid``."""
-    if os.name != "posix":  # NOTE: os.kill(pid, 0) would terminate the process on Windows; keep everything
-        return []
-    pattern = re.compile(re.escape(f".{path.name}.") + r"(\d+)\.[a-z0-9_]{8}\.tmp")
-    try:
-        entries = list(os.scandir(path.parent))
-    except OSError:
-        return []
-    return [e.path for e in entries if (m := pattern.fullmatch(e.name)) and e.is_file(follow_symlinks=False)
-            and not _running(int(m.group(1)))]
-
-
-def _running(pid):
-    """Whether ``pid`` may still be writing (this process, another thread, counts as running)."""
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except (OSError, OverflowError):  # someone else's process (EPERM), or no valid pid: leave its file alone
-        pass
-    return True
-
-
-def _file_mode(path):
-    """The target's current mode, or 0666 less the umask for a new file."""
-    try:
-        return os.stat(path).st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        return 0o666 & ~umask
+    output_path(path, what)
+    return Path(write_atomically(path, write, by="", kind=kind))
 
 
 def save(path, tree, what="checkpoint") -> Path:
@@ -236,7 +177,7 @@ def save(path, tree, what="checkpoint") -> Path:
     arrays, skeleton = _flatten(tree)
     meta = json.dumps({"format": FORMAT, "version": VERSION, "tree": skeleton}).encode()
     members = {META: np.frombuffer(meta, np.uint8), **arrays}
-    return atomic_write(path, lambda f: np.savez(f, **members), what)
+    return atomic_write(path, lambda f: np.savez(f, **members), what, kind="checkpoint")
 
 
 def load(path, device=None, max_bytes=None):

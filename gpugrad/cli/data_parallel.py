@@ -39,6 +39,21 @@ class DataParallel:
         if self.rank:
             sys.stdout = sys.stderr = open(os.devnull, "w")  # rank 0 alone reports; failures restore stderr
 
+    def check_same(self, settings, describe, error):
+        """Raise ``error`` unless every rank has the same ``settings`` (a dict; every rank calls this at the same
+        point), naming the first field that differs, each value (``describe(key, value)``) and the ranks holding it."""
+        every = [None] * self.size
+        self.dist.all_gather_object(every, settings)
+        for key in settings:
+            ranks = {}  # value -> the ranks that have it, in rank order
+            for r, theirs in enumerate(every):
+                ranks.setdefault(repr(theirs.get(key)), (theirs.get(key), []))[1].append(r)
+            if len(ranks) > 1:
+                said = "; ".join(f"{describe(key, v)} on rank{'s' * (len(rs) > 1)} {', '.join(map(str, rs))}"
+                                 for v, rs in ranks.values())
+                raise error(f"--distributed: the ranks were started with different options: {said}; start every "
+                            "rank with the same options")
+
     def wrap(self, model):
         return DistributedDataParallel(model)
 

@@ -49,8 +49,8 @@ def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _finite_array(v):
-    return isinstance(v, np.ndarray) and v.dtype.kind in "fiub" and bool(np.isfinite(v).all())
+def _finite_array(v, kinds="fiub"):
+    return isinstance(v, np.ndarray) and v.dtype.kind in kinds and bool(np.isfinite(v).all())
 
 
 def _same(a, b):
@@ -60,17 +60,36 @@ def _same(a, b):
         return False
 
 
+def _loss_sum(v):
+    """None, or what summing cross-entropies on the device gives: a 0-d real float tensor, finite and >= 0."""
+    if v is None:
+        return True
+    a = _host(v)
+    return isinstance(v, Tensor) and a.shape == () and _finite_array(a, "f") and a >= 0
+
+
+def _record(m):
+    """One epoch's metrics as train_epoch makes them: finite numbers >= 0, an accuracy <= 1."""
+    return isinstance(m, dict) and set(m) == set(METRICS) and all(
+        _is_number(x) and 0 <= x < math.inf for x in m.values()) and m["test_acc"] <= 1
+
+
+MAX_STEP = 2**63 - 1  # a step count is an int64 on the device (optim/adam.py)
 # what a resumed progress record may hold: field -> (test, what it must be)
 PROGRESS_RULES = {
     "epoch": (_is_count, "an integer >= 0"), "batch": (_is_count, "an integer >= 0"),
     "samples": (_is_count, "an integer >= 0"),
     "train_time": (lambda v: _is_number(v) and 0 <= v < math.inf, "a finite number of seconds >= 0"),
-    "loss_sum": (lambda v: v is None or getattr(v, "shape", None) == () and math.isfinite(v.item()),
-                 "None or a 0-d tensor with a finite value"),
-    "history": (lambda v: isinstance(v, list) and all(isinstance(m, dict) and set(m) == set(METRICS)
-                                                      and all(map(_is_number, m.values())) for m in v),
-                f"a list of per-epoch records of the numbers {', '.join(METRICS)}"),
+    "loss_sum": (_loss_sum, "None or a 0-d real floating tensor with a finite value >= 0"),
+    "history": (lambda v: isinstance(v, list) and all(map(_record, v)) and all(
+        m["epoch"] == i for i, m in enumerate(v, 1)), f"a list of per-epoch records (epochs 1, 2, ...) of the "
+        f"finite numbers >= 0 {', '.join(METRICS)}"),
 }
+# the per-parameter state each optimizer's step writes: name -> "step" (a count) or "like" (an array of the
+# parameter's shape); a parameter's state is all of it or, before its first step, none
+OPTIMIZER_STATE = {"SGD": {"momentum_buffer": "like"},
+                   "Adam": {"step": "step", "exp_avg": "like", "exp_avg_sq": "like"}}
+OPTIMIZER_STATE["AdamW"] = OPTIMIZER_STATE["Adam"]
 
 
 def check_resumable(saved, path):
@@ -84,7 +103,10 @@ def check_resumable(saved, path):
     if missing:
         raise CheckpointError(f"{path}: not a checkpoint of `gpugrad train` (no {', '.join(missing)})")
     check_config(config, path)
-    check_progress(progress, path)
+    check_progress(progress, path, config["batch_size"])
+    for key in ("device", "gpugrad_version"):  # what the run was: read by people, so only strings
+        if not isinstance(saved.get(key, ""), str):
+            raise CheckpointError(f"{path}: {key} is {_short(saved[key])}; it must be a string")
     if saved.get("rng") is not None:
         kind = type(generator(CPU).bit_generator)
         try:
@@ -94,8 +116,9 @@ def check_resumable(saved, path):
                                   f"({type(e).__name__}: {e})") from None
     for name, value in saved["model"].items():
         value = _host(value)
-        if not _finite_array(value):
+        if not _finite_array(value, "f"):
             what = f"a {type(value).__name__}, not an array" if not isinstance(value, np.ndarray) else \
+                f"{value.dtype} values, not floating point ones" if value.dtype.kind != "f" else \
                 "NaN or infinite values"
             raise CheckpointError(f"{path}: model/{name} holds {what}; this checkpoint cannot be resumed")
 
@@ -117,20 +140,30 @@ def check_config(config, where):
                                   f"{what}")
 
 
-def check_progress(progress, path):
-    """Raise CheckpointError naming the first field of a checkpoint's progress record that PROGRESS_RULES refuse."""
+def check_progress(progress, path, batch_size):
+    """Raise CheckpointError naming the first field of a checkpoint's progress record that PROGRESS_RULES refuse,
+    or that disagrees with the rest: one history record per finished epoch, and ``batch`` batches of at most
+    ``batch_size`` (the global batch) rows having given ``samples`` rows and a loss sum (none at batch 0)."""
     for key, value in progress.items():
         if key not in PROGRESS_RULES:
             raise CheckpointError(f"{path}: progress has unknown field(s) {key}")
         test, what = PROGRESS_RULES[key]
         if not test(value):
             raise CheckpointError(f"{path}: progress/{key} is {_short(value)}; it must be {what}")
+    epoch, batch, samples, loss_sum = (progress[k] for k in ("epoch", "batch", "samples", "loss_sum"))
+    if len(progress["history"]) != epoch:
+        raise CheckpointError(f"{path}: progress/history has {len(progress['history'])} records for progress/epoch "
+                              f"{epoch}; it must have one per finished epoch")
+    if not batch <= samples <= batch * batch_size or (batch == 0) != (loss_sum is None):
+        raise CheckpointError(f"{path}: progress/samples {samples} and progress/loss_sum {_short(loss_sum)} cannot "
+                              f"come from {batch} batches of at most {batch_size} rows")
 
 
 def check_optimizer_state(state, optimizer, path):
     """Raise CheckpointError unless ``state`` (a checkpoint's ``optimizer``) could come from ``optimizer``, which
     was built from the checkpoint's validated config: the same parameter groups and options (a NaN learning rate
-    in the optimizer's own copy is caught here), and per-parameter state of finite arrays and step counts."""
+    in the optimizer's own copy is caught here), and per-parameter state of the names its step writes (as
+    OPTIMIZER_STATE says): finite float arrays and whole step counts in [0, MAX_STEP]."""
     def bad(where, what):
         return CheckpointError(f"{path}: optimizer/{where} {what}; this checkpoint cannot be resumed")
 
@@ -145,9 +178,29 @@ def check_optimizer_state(state, optimizer, path):
             if not _same(group.get(key), own.get(key)):
                 raise bad(f"param_groups/{i}/{key}", f"is {_short(group.get(key))}, but the run's config gives "
                           f"{_short(own.get(key))}")
+    n_params = sum(len(g["params"]) for g in optimizer.param_groups)  # state_dict numbers them 0, 1, ...
+    spec = OPTIMIZER_STATE[type(optimizer).__name__]
     for idx, st in per_param.items():
-        for name, value in (st.items() if isinstance(st, dict) else [("", st)]):
-            value = _host(value)
-            if not (_is_count(value) or _finite_array(value)):
-                what = "holds NaN or infinite values" if isinstance(value, np.ndarray) else f"is {_short(value)}"
-                raise bad(f"state/{idx}/{name}", f"{what}, not a finite array or a step count")
+        if not (_is_count(idx) and idx < n_params):
+            raise bad(f"state/{_short(idx)}", f"names no parameter (the run has {n_params})")
+        if not isinstance(st, dict) or st and set(st) != set(spec):
+            raise bad(f"state/{idx}", f"holds {_short(sorted(st) if isinstance(st, dict) else st)}, but "
+                      f"{type(optimizer).__name__} keeps {', '.join(spec)} per parameter (or, before its first "
+                      "step, nothing)")
+        for name, value in st.items():
+            _check_state_value(bad, f"state/{idx}/{name}", value, spec[name])
+
+
+def _check_state_value(bad, where, saved, kind):
+    """A step count, or a finite float array (whose shape load_state_dict checks against the parameter's: a
+    mismatch there means the data changed, which _restore says)."""
+    value = _host(saved)
+    if kind == "step":
+        count = value.item() if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "fiu" \
+            else value
+        if not (_is_number(count) and 0 <= count <= MAX_STEP and count == int(count)):
+            raise bad(where, f"is {_short(saved)}, not a whole number of steps in [0, 2**63 - 1]")
+    elif not _finite_array(value, "f"):
+        what = f"is {_short(saved)}" if not isinstance(value, np.ndarray) else \
+            f"holds {value.dtype} values" if value.dtype.kind != "f" else "holds NaN or infinite values"
+        raise bad(where, f"{what}, not finite floating point values")

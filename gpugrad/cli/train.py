@@ -6,24 +6,27 @@
     mpiexec -n 2 gpugrad train --distributed          # data-parallel: --batch-size per rank (cli/data_parallel.py)
 
 Reproducible: the same seed gives bitwise-identical losses on the same device, and a run resumed from a
-checkpoint (written at the end of every epoch, or on Ctrl-C mid-epoch: the first stops after the current batch, a
-second at once, but never between a parameter update and its record) repeats exactly what an uninterrupted run
-does: the loader's order depends only on (seed, epoch), gpugrad's generators are reseeded from (seed, epoch) at
-the start of each epoch, and the checkpoint holds model, optimizer, position within the epoch and the CPU
-generator's state.
+checkpoint (written at the end of every epoch, or on Ctrl-C or SIGTERM mid-epoch: the first stops after the
+current batch, a second at once, but never between a parameter update and its record, nor inside a save) repeats
+exactly what an uninterrupted run does: the loader's order depends only on (seed, epoch), gpugrad's generators are
+reseeded from (seed, epoch) at the start of each epoch, and the checkpoint holds model, optimizer, position within
+the epoch and the CPU generator's state.
 
 Exit codes: 0 done; 1 an error (one line on stderr naming the file, option or environment variable at fault);
 2 a bad command line (argparse); 3 (``EXIT_DIVERGED``) training diverged: the loss became NaN or infinite, so the
-run stopped without saving that epoch, and the last good checkpoint stays as it was; 130 interrupted (Ctrl-C).
+run stopped without saving that epoch, and the last good checkpoint stays as it was; 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM: ``kill``, ``timeout``, ``docker stop``, Slurm), each after saving at a batch boundary.
 
-A checkpoint is only overwritten by the run that wrote it (``--resume``) or with ``--overwrite``; a resumed
+A checkpoint is only overwritten by the run that wrote it (``--resume``) or with ``--overwrite``, and only one run
+at a time writes it: the second is refused, naming the first's pid (cli/checkpoint_lock.py); a resumed
 checkpoint's configuration must pass the same checks as the command line.  Input data must be finite.  Loading is
 bounded: ``GPUGRAD_MAX_CHECKPOINT_BYTES`` (default 2 GiB) and ``GPUGRAD_MAX_IDX_BYTES`` (default 1 GiB per file)
 cap what a checkpoint or an IDX file may declare.
 
 Here: the command and its run object (TrainingRun) with the pieces of a run. Beside it: train_args.py (options,
 one rule per option, the run's config), checkpoint.py (the file) and resume.py (what a checkpoint must hold to be
-resumed), sigint.py (Ctrl-C at a batch boundary), graphed_step.py (--cuda-graph), data_parallel.py (--distributed).
+resumed), checkpoint_lock.py (one run per checkpoint), sigint.py (Ctrl-C and SIGTERM at a batch boundary),
+graphed_step.py (--cuda-graph), data_parallel.py (--distributed).
 """
 from __future__ import annotations
 
@@ -40,12 +43,13 @@ import gpugrad
 from gpugrad import nn, optim
 from gpugrad.backend import CPU, get_backend
 from gpugrad.cli import checkpoint
+from gpugrad.cli.checkpoint_lock import CheckpointLock
 from gpugrad.cli.data_parallel import DataParallel
 from gpugrad.cli.graphed_step import GraphedStep
 from gpugrad.cli.plot import PlotUnavailable, check_plot_path, plot_history
 from gpugrad.cli.resume import Progress, check_optimizer_state, check_resumable
-from gpugrad.cli.sigint import SigintFlag
-from gpugrad.cli.train_args import EXIT_DIVERGED, EXIT_ERROR, EXIT_INTERRUPTED, CliError, add_arguments, resolve_config
+from gpugrad.cli.sigint import StopFlag
+from gpugrad.cli.train_args import EXIT_DIVERGED, EXIT_ERROR, CliError, add_arguments, describe_setting, resolve_config
 from gpugrad.data import DataLoader, IdxError, TensorDataset, digits_split, load_idx_dir
 from gpugrad.data.idx import SPLITS, find_idx
 from gpugrad.nn import functional as F
@@ -81,31 +85,42 @@ def run(args) -> int:
 
 def train(args) -> int:
     training = TrainingRun(args)
-    try:  # a Ctrl-C before the first batch has nothing to save: exit at once, quietly
-        training.set_up()
-    except KeyboardInterrupt:
-        print("\ninterrupted before training started; nothing saved", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
-    training.describe()
-    return training.train()
+    try:
+        try:  # a Ctrl-C or SIGTERM before the first batch has nothing to save: exit at once, quietly
+            with StopFlag(at_once=True) as early:
+                training.set_up()
+        except KeyboardInterrupt:
+            print(f"\n{early.what} before training started; nothing saved", file=sys.stderr, flush=True)
+            return early.exit_code
+        training.describe()
+        return training.train()
+    finally:
+        training.release()
 
 
 class TrainingRun:
     """One ``gpugrad train``: ``set_up()`` checks the command line, loads and checks the checkpoint to resume,
     builds data, model and optimizer; ``train()`` runs the epochs left, saving a checkpoint after each, and
-    returns the exit code: 0 done, EXIT_DIVERGED, or EXIT_INTERRUPTED after a Ctrl-C."""
+    returns the exit code: 0 done, EXIT_DIVERGED, or 128 + the signal after a Ctrl-C (130) or SIGTERM (143).
+    ``release()`` drops the checkpoint's lock."""
 
     def __init__(self, args):
         self.args, self.quiet, self.t_start = args, args.quiet, time.perf_counter()
         self.ckpt_path = args.checkpoint or args.resume
         self.par = None  # the data-parallel run this process is one rank of (--distributed)
         self.rank0 = True  # only rank 0 prints, plots and writes files
+        self.lock = None  # on the checkpoint this run writes (cli/checkpoint_lock.py)
+        self.saved_at = None  # (epoch, batch) of the checkpoint last saved by this run
 
     # -- set-up --------------------------------------------------------------------------------------------------
     def set_up(self):
         self.device = self._check_command_line()
         self.saved = self._load_resumed()
         self.config = resolve_config(self.args, self.saved and self.saved["config"], self.par.size if self.par else 1)
+        if self.par:  # ranks started with different options would train apart
+            at = self.saved and [self.saved["progress"].get(k) for k in ("epoch", "batch")]
+            self.par.check_same({**self.config, "dist_timeout": self.args.dist_timeout, "resumed_at": at},
+                                lambda key, value: describe_setting(key, value, self.par.size), CliError)
         self.finished = bool(self.saved) and self.saved["progress"]["epoch"] >= self.config["epochs"]
         if self.saved and not self.finished and not self.args.checkpoint:
             self._check_resume_writable()
@@ -121,6 +136,8 @@ class TrainingRun:
             self.rank0 = not self.par.rank
             if args.cuda_graph:
                 raise CliError("--cuda-graph does not combine with --distributed (a graph cannot hold an all-reduce)")
+        if self.ckpt_path and self.rank0:  # NOTE: before check_outputs: a running owner is the news, not the file
+            self.lock = CheckpointLock.acquire(self.ckpt_path, "--checkpoint" if args.checkpoint else "--resume")
         check_outputs(args)  # fail before training, not after it
         device = self.par.device if self.par else resolve_device(args.device)
         if args.cuda_graph and device.type != "cuda":
@@ -146,7 +163,10 @@ class TrainingRun:
         x_train, y_train, x_test, y_test, self.data_desc = load_data(config)
         self.n_train, self.n_test, self.n_features = len(x_train), len(x_test), x_train.shape[1]
         self.n_classes = count_classes(config, y_train, y_test)
-        self.model = build_model(config, self.n_features, self.n_classes, device)
+        try:
+            self.model = build_model(config, self.n_features, self.n_classes, device)
+        except (ValueError, OverflowError) as e:  # NumPy's "array is too big" before it tries to allocate
+            raise MemoryError(f"--hidden {','.join(map(str, config['hidden']))}: {e}") from None
         self.net = self.par.wrap(self.model) if self.par else self.model  # what the training step calls
         self.optimizer = build_optimizer(config, self.model.parameters())
         if self.saved:
@@ -196,7 +216,7 @@ class TrainingRun:
         graphed = GraphedStep(self.model, self.optimizer) if self.args.cuda_graph else None
         # NOTE: NumPy's overflow warnings would only come before the divergence check's own one-line message
         agree = self.par.any if self.par else None  # --distributed: all ranks stop at the same batch
-        with SigintFlag(agree) as stop, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        with StopFlag(agree) as stop, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             try:
                 while self.progress.epoch < self.config["epochs"]:
                     code = self.train_one_epoch(stop, graphed)
@@ -231,7 +251,8 @@ class TrainingRun:
                   f"test_loss {test_loss:.4f}  test_acc {100 * test_acc:6.2f}%  "
                   f"{metrics['samples_per_s']:,.0f} samples/s  {metrics['train_time_s']:.2f} s")
         if self.ckpt_path:
-            self.save_checkpoint()
+            with stop.critical(step=False):  # a second stop signal waits for the save
+                self.save_checkpoint()
         stop.check()
         return None
 
@@ -244,6 +265,11 @@ class TrainingRun:
             "config": self.config, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "progress": self.progress.state(), "rng": {"numpy": rng},
             "device": str(self.device), "gpugrad_version": gpugrad.__version__}, "--checkpoint")
+        self.saved_at = (self.progress.epoch, self.progress.batch)
+
+    def release(self):
+        if self.lock is not None:
+            self.lock.release()
 
     def report(self, interrupted, diverged=None):
         """--metrics-json and --plot, as far as the run got."""
@@ -270,30 +296,31 @@ class TrainingRun:
         return EXIT_DIVERGED
 
     def interrupted(self, stop):
-        """After a Ctrl-C: save what is consistent, say where the run stopped; the exit code."""
-        stop.ignore()  # a further Ctrl-C must not break the save below
-        progress, par = self.progress, self.par
+        """After a Ctrl-C or SIGTERM: save what is consistent, say where the run stopped; the exit code."""
+        stop.ignore()  # a further signal must not break the save below
+        progress, par, what, code = self.progress, self.par, stop.what, stop.exit_code
         where = f"epoch {progress.epoch + 1}, batch {progress.batch}"
         if par and not stop.agreed:  # a second Ctrl-C: the ranks may be at different steps
-            self._warn(f"interrupted at once at {where}: nothing saved{self._kept('consistent')}")
-            return EXIT_INTERRUPTED
+            self._warn(f"{what} at once at {where}: nothing saved{self._kept('consistent')}")
+            return code
         if par:
             progress.loss_sum = par.total(progress.loss_sum, self.model)
         if stop.torn:  # the step was cut half way: model and optimizer are neither before nor after it
-            self._warn(f"interrupted inside the optimizer step after {where}: nothing saved{self._kept('consistent')}")
+            self._warn(f"{what} inside the optimizer step after {where}: nothing saved{self._kept('consistent')}")
         elif not _all_finite(progress.loss_sum):  # diverged mid-epoch: saving would bury the good state
-            self._warn(f"interrupted at {where}, but the loss had become NaN or infinite (training diverged): "
+            self._warn(f"{what} at {where}, but the loss had become NaN or infinite (training diverged): "
                        f"nothing saved{self._kept()}")
             self.report(interrupted=True)
             return EXIT_DIVERGED
         elif self.ckpt_path:
-            self.save_checkpoint()
-            self._warn(f"interrupted at {where}: checkpoint saved to {self.ckpt_path}; continue with "
+            if self.saved_at != (progress.epoch, progress.batch):  # else the epoch's own save holds this state
+                self.save_checkpoint()
+            self._warn(f"{what} at {where}: checkpoint saved to {self.ckpt_path}; continue with "
                        f"`gpugrad train --resume {self.ckpt_path}`")
         else:
-            self._warn(f"interrupted at {where}; nothing saved (no --checkpoint given)")
+            self._warn(f"{what} at {where}; nothing saved (no --checkpoint given)")
         self.report(interrupted=True)
-        return EXIT_INTERRUPTED
+        return code
 
     def finish(self):
         self.report(interrupted=False)

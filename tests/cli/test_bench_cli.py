@@ -3,6 +3,7 @@ on a fake clock, and that every baseline and PyTorch peer computes what the kern
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import numpy as np
@@ -171,11 +172,16 @@ def test_outputs_go_into_created_directories_and_through_symlinks(monkeypatch, t
     ("run_mlp", KeyboardInterrupt(), ["kernels", "matmul"]),  # what `timeout -s INT` (scripts/gpu-check.sh) sends
     ("run_engine", RuntimeError("cudaErrorLaunchFailure"), ["kernels", "matmul", "mlp"]),
 ])
-def test_finished_sections_stay_on_disk_when_a_later_one_is_cut_short(monkeypatch, tmp_path, section, exc, kept):
+def test_finished_sections_stay_on_disk_when_a_later_one_is_cut_short(monkeypatch, tmp_path, capsys, section, exc,
+                                                                     kept):
     _fake_measurements(monkeypatch, fail=(section, exc))
     path = tmp_path / "b.json"
-    with pytest.raises(type(exc)):
-        cli_main(["bench", "--device", "cpu", "--no-progress", "--json", str(path)])
+    argv = ["bench", "--device", "cpu", "--no-progress", "--json", str(path)]
+    if isinstance(exc, KeyboardInterrupt):  # exit 130, one line
+        assert cli_main(argv) == 130 and capsys.readouterr().err == "\ngpugrad bench: interrupted\n"
+    else:
+        with pytest.raises(type(exc)):
+            cli_main(argv)
     res = json.loads(path.read_text())
     assert res["complete"] is False and res["environment"]["cpu"]["model"] == "test CPU"
     assert res["stopped"] == (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
@@ -261,6 +267,37 @@ def test_bad_sizes_are_rejected(capsys):
     with pytest.raises(SystemExit):
         cli_main(["bench", "--sizes", "12by4"])
     assert "ROWSxCOLS" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_sizes_that_cannot_fit_are_refused_before_anything_is_allocated(capsys, device):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:  # 4 TB an array: more than any host or GPU has (it was an allocation failure, with a traceback)
+        code = cli_main(["bench", "--device", device, "--sizes", "1000000x1000000", "--no-progress"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err
+    assert code == 2 and peak < 64 << 20, (code, peak)
+    assert re.fullmatch(rf"gpugrad bench: --sizes 1000000x1000000: the kernels section needs about 64.0 TB on "
+                        rf"{device} \(16 float32 arrays of 1,000,000 x 1,000,000\), more than the [\d.]+ [KMGT]?B of "
+                        r"the (host's available memory|GPU's free memory|simulated device's \(host\) memory); give "
+                        r"smaller --sizes\n", err), err
+
+
+def test_the_size_check_compares_the_kernels_arrays_with_the_memory_available(monkeypatch):
+    from gpugrad.bench import memory
+
+    monkeypatch.setattr(memory, "host_available", lambda: 16 * 4 * 1024 * 1024)  # 16 float32 arrays of 1024 x 1024
+    memory.check_fits(CPU, (1024, 1024))
+    with pytest.raises(memory.TooLarge, match=r"needs about 67.2 MB on cpu .* more than the 67.1 MB of the host's"):
+        memory.check_fits(CPU, (1024, 1025))
+    monkeypatch.setattr(memory, "host_available", lambda: None)  # nothing says: nothing refused
+    memory.check_fits(CPU, (10**9, 10**9))
+    monkeypatch.undo()
+    assert 0 < memory.host_available() <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 # ---- bytes moved --------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 
 import gpugrad
 from gpugrad.cli import checkpoint, main
-from gpugrad.cli.train import EXIT_INTERRUPTED
+from gpugrad.cli.train_args import EXIT_INTERRUPTED
 from gpugrad.data import load_digits, write_idx_dir
 from tests import bad_files
 
@@ -323,7 +323,8 @@ def test_training_reports_a_failed_save_and_keeps_the_last_good_checkpoint(tmp_p
 
     monkeypatch.setattr(np, "savez", full_disk)
     assert main(["train", "--resume", str(ckpt), "--epochs", "2", "--quiet"]) == 1
-    assert "No space left on device" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"gpugrad train: error: could not write {ckpt}: No space left on device; the "
+                                       "previous checkpoint there is intact\n")
     monkeypatch.undo()
     assert checkpoint.load(ckpt, device="cpu")["progress"]["epoch"] == 1
 
@@ -439,7 +440,7 @@ def test_resume_after_the_data_changed_is_a_one_line_error(tmp_path, capsys):
     assert "size mismatch for 0.weight" in err
     _tiny_idx(data, y, y[:10])  # the same shapes again, but the checkpoint says it stopped at batch 5 of 1
     saved = checkpoint.load(ckpt, device="cpu")
-    saved["progress"].update(epoch=0, batch=5)
+    saved["progress"].update(epoch=0, batch=5, samples=200, loss_sum=gpugrad.tensor(100.0), history=[])
     checkpoint.save(ckpt, saved)
     assert main(["train", "--resume", str(ckpt), "--epochs", "2"]) == 1
     err = capsys.readouterr().err

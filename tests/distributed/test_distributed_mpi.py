@@ -194,6 +194,43 @@ def test_train_resumes_with_any_number_of_ranks(tmp_path):
                              "--batch-size 96") == 1  # said once, by rank 0
 
 
+def _ranks_apart(tmp_path, *per_rank):
+    """``mpiexec`` with one rank per argument list (MPMD: ``-n 1 CMD : -n 1 CMD ...``), each of them
+    ``gpugrad train --distributed`` with its own extra options."""
+    base = [sys.executable, "-m", "gpugrad", "train", "--distributed", "--epochs", "1", "--hidden", "16", "--device",
+            "cpu", "--quiet"]
+    cmd = [MPIEXEC, "-launcher", "fork"]
+    for r, extra in enumerate(per_rank):
+        cmd += [*([":"] if r else []), "-n", "1", *base, *map(str, extra)]
+    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("per_rank, said", [
+    ([[], ["--lr", "0.01"], []], "--lr 0.001 on ranks 0, 2; --lr 0.01 on rank 1"),
+    ([["--optimizer", "sgd"], []], "--optimizer sgd on rank 0; --optimizer adamw on rank 1"),
+    ([[], ["--batch-size", "32"]], "--batch-size 64 on rank 0; --batch-size 32 on rank 1"),
+    ([[], ["--no-standardize"]], "--standardize on rank 0; --no-standardize on rank 1"),
+])
+def test_ranks_started_with_different_options_refuse_naming_the_option_and_the_ranks(tmp_path, per_rank, said):
+    proc = _ranks_apart(tmp_path, *per_rank)
+    assert proc.returncode != 0, proc.stdout + proc.stderr  # they trained apart and exited 0
+    line = (f"gpugrad train: error: --distributed: the ranks were started with different options: {said}; start every "
+            "rank with the same options")
+    assert proc.stderr.count(line) == 1 and "Traceback" not in proc.stderr, proc.stderr  # said once, by rank 0
+
+
+def test_a_rank_resuming_another_checkpoint_is_refused(tmp_path):
+    ckpt = tmp_path / "run.ckpt"
+    assert subprocess.run([sys.executable, "-m", "gpugrad", "train", "--epochs", "1", "--hidden", "16", "--device",
+                           "cpu", "--quiet", "--checkpoint", str(ckpt)], env=_env(), timeout=120).returncode == 0
+    # the same options as the checkpoint's (its global batch 64 is 32 per rank), but rank 1 starts afresh
+    proc = _ranks_apart(tmp_path, ["--resume", ckpt, "--epochs", "2", "--checkpoint", tmp_path / "next.ckpt"],
+                        ["--epochs", "2", "--batch-size", "32"])
+    assert proc.returncode != 0 and proc.stderr.count(
+        "the ranks were started with different options: resuming at epoch 2, batch 0 on rank 0; a fresh start on "
+        "rank 1; start every rank with the same options") == 1, proc.stderr
+
+
 # -- the "nccl" backend on this rank's GPU (the simulated device in CI: one rank) -------------------------------------
 @pytest.mark.gpu
 def test_nccl_group_and_ddp_buckets_on_the_gpu(tmp_path):

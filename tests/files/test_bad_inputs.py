@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import gpugrad
 from gpugrad.cli import checkpoint, main
 from gpugrad.cli.checkpoint import CheckpointError
 from gpugrad.data import IdxError, TensorDataset, load_idx_dir, read_idx, write_idx, write_idx_dir
@@ -111,6 +112,16 @@ def _set(*keys_and_value):
             tree = tree[k]
         tree[last] = value
     return edit
+
+
+def _every_state(name, value):
+    """An edit that sets every parameter's optimizer state ``name`` to ``value``."""
+    return lambda tree: [st.__setitem__(name, value) for st in tree["optimizer"]["state"].values()]
+
+
+def _mid_epoch(loss_sum):
+    """An edit that makes the progress record say 3 batches of 64 are done, summing to ``loss_sum``."""
+    return lambda tree: tree["progress"].update(batch=3, samples=192, loss_sum=loss_sum)
 
 
 def _resume(c, edit, *more):
@@ -259,10 +270,59 @@ CASES = [
          Exit(1, "optimizer/param_groups/0/lr is nan, but the run's config gives 0.001")),
     Case("resume-step-str", "checkpoint", "`--resume` with Adam's step count `'x'`",
          lambda c: _resume(c, lambda t: t["optimizer"]["state"][0].__setitem__("step", "x")),
-         Exit(1, "optimizer/state/0/step is 'x', not a finite array or a step count")),
+         Exit(1, "optimizer/state/0/step is 'x', not a whole number of steps in [0, 2**63 - 1]")),
+    # the step count is an int64 on the device: 10**30 overflowed it (OverflowError), -5 read as complex (TypeError)
+    Case("resume-step-1e30", "checkpoint", "`--resume` with Adam's step count `tensor(1e30)`",
+         lambda c: _resume(c, _every_state("step", gpugrad.tensor(1e30))),
+         Exit(1, "optimizer/state/0/step is tensor(1.0000e+30), not a whole number of steps in [0, 2**63 - 1]")),
+    Case("resume-step-10**30", "checkpoint", "`--resume` with Adam's step count `10**30` (an int)",
+         lambda c: _resume(c, _every_state("step", 10**30)), Exit(1, "optimizer/state/0/step is 10000000")),
+    Case("resume-step-negative", "checkpoint", "`--resume` with Adam's step count `tensor(-5.0)`",
+         lambda c: _resume(c, _every_state("step", gpugrad.tensor(-5.0))),
+         Exit(1, "optimizer/state/0/step is tensor(-5.), not a whole number of steps")),
+    Case("resume-step-fraction", "checkpoint", "`--resume` with Adam's step count `2.5`",
+         lambda c: _resume(c, _every_state("step", 2.5)), Exit(1, "optimizer/state/0/step is 2.5, not a whole")),
+    Case("resume-state-missing", "checkpoint", "`--resume` with no `exp_avg_sq` in Adam's state (was a KeyError)",
+         lambda c: _resume(c, lambda t: [st.pop("exp_avg_sq") for st in t["optimizer"]["state"].values()]),
+         Exit(1, "optimizer/state/0 holds ['exp_avg', 'step'], but AdamW keeps step, exp_avg, exp_avg_sq")),
+    Case("resume-state-extra", "checkpoint", "`--resume` with an unknown name in Adam's state",
+         lambda c: _resume(c, _every_state("colour", 1)), Exit(1, "'colour', 'exp_avg', 'exp_avg_sq', 'step'], but")),
+    Case("resume-state-index", "checkpoint", "`--resume` with state for parameter 99 of 4",
+         lambda c: _resume(c, lambda t: t["optimizer"]["state"].__setitem__(99, t["optimizer"]["state"][0])),
+         Exit(1, "optimizer/state/99 names no parameter (the run has 4)")),
     Case("resume-exp-avg-inf", "checkpoint", "`--resume` with an infinite Adam moment",
          lambda c: _resume(c, lambda t: t["optimizer"]["state"][0]["exp_avg"].__setitem__(0, np.inf)),
          Exit(1, "optimizer/state/0/exp_avg holds NaN or infinite values")),
+    Case("resume-exp-avg-int", "checkpoint", "`--resume` with an integer Adam moment",
+         lambda c: _resume(c, _every_state("exp_avg", gpugrad.zeros(8, 64, dtype=gpugrad.int64))),
+         Exit(1, "optimizer/state/0/exp_avg holds int64 values, not finite floating point values")),
+    # a complex loss sum passed every check, then math.isfinite raised TypeError
+    Case("resume-loss-complex", "checkpoint", "`--resume` mid-epoch with a complex `progress/loss_sum`",
+         lambda c: _resume(c, _mid_epoch(gpugrad.tensor(1 + 2j))),
+         Exit(1, "progress/loss_sum is tensor(1.+2.j); it must be None or a 0-d real floating tensor with a finite "
+                 "value >= 0")),
+    Case("resume-loss-negative", "checkpoint", "`--resume` mid-epoch with a negative `progress/loss_sum`",
+         lambda c: _resume(c, _mid_epoch(gpugrad.tensor(-5.0))), Exit(1, "progress/loss_sum is tensor(-5.); it")),
+    Case("resume-loss-at-batch-0", "checkpoint", "`--resume` with a loss sum but no batch done",
+         lambda c: _resume(c, _set("progress", "loss_sum", gpugrad.tensor(5.0))),
+         Exit(1, "progress/samples 0 and progress/loss_sum tensor(5.) cannot come from 0 batches of at most 64")),
+    Case("resume-samples-too-many", "checkpoint", "`--resume` with 10**6 samples from 3 batches of 64",
+         lambda c: _resume(c, lambda t: (_mid_epoch(gpugrad.tensor(5.0))(t), t["progress"].update(samples=10**6))),
+         Exit(1, "progress/samples 1000000 and progress/loss_sum tensor(5.) cannot come from 3 batches")),
+    Case("resume-history-short", "checkpoint", "`--resume` at epoch 5 with one epoch's record",
+         lambda c: _resume(c, _set("progress", "epoch", 5)),
+         Exit(1, "progress/history has 1 records for progress/epoch 5; it must have one per finished epoch")),
+    Case("resume-accuracy-5", "checkpoint", "`--resume` with a recorded test accuracy of 5",
+         lambda c: _resume(c, lambda t: t["progress"]["history"][0].__setitem__("test_acc", 5.0)),
+         Exit(1, "progress/history is [{")),
+    Case("resume-device-int", "checkpoint", "`--resume` with `device=5`", lambda c: _resume(c, _set("device", 5)),
+         Exit(1, "device is 5; it must be a string")),
+    Case("resume-batch-10**30", "checkpoint", "`--resume` with config `batch_size=10**30` (islice's OverflowError)",
+         lambda c: _resume(c, _set("config", "batch_size", 10**30)),
+         Exit(1, "config/batch_size is 1000000000000000000000000000000, but --batch-size must be a positive integer "
+                 "that fits in int64")),
+    Case("resume-hidden-10**30", "checkpoint", "`--resume` with config `hidden=[10**30]` (NumPy's ValueError)",
+         lambda c: _resume(c, _set("config", "hidden", [10**30])), Exit(1, "config/hidden is [100000")),
     Case("resume-weight-nan", "checkpoint", "`--resume` with a NaN weight",
          lambda c: _resume(c, lambda t: t["model"]["0.weight"].__setitem__((0, 0), np.nan)),
          Exit(1, "model/0.weight holds NaN or infinite values")),
