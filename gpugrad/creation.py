@@ -152,7 +152,7 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_
 
 def floating(dtype, op):
     d = to_np(dtype) or DEFAULTS.float
-    if d.kind != "f":
+    if d.kind not in "fV":
         raise NotImplementedError(f"{op}: draws floating-point values, got dtype {d}; use randint for integers")
     return d
 

@@ -120,7 +120,7 @@ class Op(Node):
                 push(a)
                 if type(a) is complex:
                     rare = True
-        if rare or cls.promotes and first.kind != "f":
+        if rare or cls.promotes and first.kind not in "fV":
             return cls._apply_general(args, params)
         fn = _new(cls)
         if params:
@@ -136,7 +136,7 @@ class Op(Node):
         if not isinstance(out, be.array_type) or fn.changes_device:
             return fn._finish(args, datas, out, record, params)
         result = make(out, be)
-        if record and out.dtype.kind == "f":
+        if record and out.dtype.kind in "fV":
             fn._connect(args, result)
         return result
 
@@ -200,7 +200,7 @@ class Op(Node):
             ng = []
             for a in args:
                 if isinstance(a, TensorBase):
-                    if a._data.dtype.kind != "f":
+                    if a._data.dtype.kind not in "fV":
                         raise TypeError(
                             f"{describe(cls.__name__.lower(), args)}: differentiable ops need floating-point "
                             f"inputs, but one input is {a.dtype}; convert it with .float() or .to(dtype) first")
@@ -238,7 +238,7 @@ class Op(Node):
                 self.saved = tuple(array if s is out else s for s in self.saved)
             out = array
         result = make(out, rbe)
-        if record and out.dtype.kind == "f":
+        if record and out.dtype.kind in "fV":
             self._connect(args, result)
             if _ANOMALY.enabled:
                 anomaly.record(self)

@@ -89,7 +89,7 @@ class TensorBase:
         return -1 if self._backend.name == "cpu" else self._backend.device.index
 
     def is_floating_point(self):
-        return self._data.dtype.kind == "f"
+        return self._data.dtype.kind in "fV"
 
     def is_complex(self):
         return self._data.dtype.kind == "c"
@@ -275,7 +275,7 @@ def to_array(data, dtype=None, device=None):
         raise ValueError(f"tensor(): Overflow when unpacking long: {data!r} holds an integer out of int64's range")
     if dtype is None and not _numpy_typed(data) and host.dtype in _PY_DEFAULTS:
         host = host.astype(_PY_DEFAULTS[host.dtype]())  # Python floats (complex) take the default dtype, as in torch
-    if host.dtype.kind not in "biufc":
+    if host.dtype.kind not in "biufcV":
         raise TypeError(f"tensor(): cannot make a tensor from {type(data).__name__} data (of NumPy type "
                         f"{host.dtype}): expected numbers, nested lists of numbers or arrays")
     return (host if be.name == "cpu" else be.asarray(host)), be

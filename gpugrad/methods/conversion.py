@@ -6,12 +6,12 @@ import numpy as np
 from gpugrad.backend import get_backend
 from gpugrad.backend.deferred import raise_pending
 from gpugrad.core.tensor import TensorBase
-from gpugrad.dtypes import as_dtype, is_dtype
+from gpugrad.dtypes import BF16, as_dtype, is_dtype
 from gpugrad.ops.convert import Cast, Copy, ToDevice
 
 _TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long", "int32": "Int",
                "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool", "complex64": "ComplexFloat",
-               "complex128": "ComplexDouble"}
+               "complex128": "ComplexDouble", "bfloat16": "BFloat16"}
 
 
 class ConversionMethods:
@@ -52,6 +52,9 @@ class ConversionMethods:
 
     def half(self):
         return self.to(dtype=np.float16)
+
+    def bfloat16(self):
+        return self.to(dtype=BF16)
 
     def long(self):
         return self.to(dtype=np.int64)

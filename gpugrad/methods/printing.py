@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpugrad.backend.deferred import raise_pending
-from gpugrad.dtypes import DEFAULTS, default_complex
+from gpugrad.dtypes import BF16, DEFAULTS, default_complex
 
 
 class PrintingMethods:
@@ -13,6 +13,8 @@ class PrintingMethods:
     def __repr__(self):
         raise_pending(self._backend, "printing a tensor")
         host = self._backend.to_host(self._data)
+        if host.dtype == BF16:  # its values print as float32's (NumPy's float formatting takes no bfloat16)
+            host = host.astype(np.float32)
         finite = host[np.isfinite(host)] if host.dtype.kind == "f" else host
         whole = host.dtype.kind != "f" or bool(np.all(finite == np.round(finite)))
         # torch prints 4 decimals unless every value is whole ("1., 2.")
@@ -22,7 +24,7 @@ class PrintingMethods:
         extras = []
         if self.device.type != "cpu":
             extras.append(f"device='{self.device}'")
-        if host.dtype not in (DEFAULTS.float, default_complex(), np.int64, np.bool_):
+        if self._data.dtype not in (DEFAULTS.float, default_complex(), np.int64, np.bool_):
             extras.append(f"dtype={self.dtype}")
         if self._grad_fn is not None:
             extras.append(f"grad_fn=<{self._grad_fn.name()}>")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from gpugrad.backend import cublas, kernels
+from gpugrad.backend import reference as R
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
 from gpugrad.core.tensor import as_operand
@@ -14,7 +17,12 @@ from gpugrad.ops.kernel_op import KernelOp
 
 def _gemm(impl, xp):
     """The product a KernelOp's ``impl`` computes with: gpugrad's cuBLAS path with the CUDA kernels."""
-    return cublas.matmul if impl is kernels else xp.matmul
+    return cublas.matmul if impl is kernels else _mm(xp)
+
+
+def _mm(xp):
+    """NumPy's matmul on the CPU (bfloat16 in float32, rounded once: reference.matmul), Tensors' under create_graph."""
+    return R.matmul if xp is np else xp.matmul
 
 
 def _mT(xp, a):
@@ -32,19 +40,19 @@ class Matmul(Op):
     double_backward = batched_jvp = True
 
     def forward(self, xp, a, b):
-        return self._forward(xp.matmul, a, b)
+        return self._forward(_mm(xp), a, b)
 
     def forward_cuda(self, xp, a, b):
         return self._forward(cublas.matmul, a, b)
 
     def backward(self, xp, gy):
-        return self._backward(xp, xp.matmul, gy)
+        return self._backward(xp, _mm(xp), gy)
 
     def backward_cuda(self, xp, gy):
         return self._backward(xp, cublas.matmul, gy)
 
     def jvp(self, xp, ins, out, ts):
-        return self._jvp(xp, xp.matmul, ins, ts)
+        return self._jvp(xp, _mm(xp), ins, ts)
 
     def jvp_cuda(self, xp, ins, out, ts):
         return self._jvp(xp, cublas.matmul, ins, ts)

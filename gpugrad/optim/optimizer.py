@@ -20,10 +20,11 @@ import numpy as np
 from gpugrad._tensor import Tensor
 from gpugrad.backend import backend_of, on
 from gpugrad.backend import capture as _capture
-from gpugrad.backend.reference import float16_params_error
+from gpugrad.backend.reference import LOW, float16_params_error
 from gpugrad.core.backprop import clear_grad
 from gpugrad.core.grad_mode import enable_grad, no_grad
 from gpugrad.creation import tensor
+from gpugrad.dtypes import is_float
 
 
 def _is_array(v):
@@ -114,7 +115,7 @@ class Optimizer:
                 raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}")
             if not p.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
-            if p.dtype.kind != "f":
+            if not is_float(p.dtype):
                 raise TypeError(f"optimizer can only optimize floating-point Tensors, got {p.dtype}")
             self._check_float16(p)
         if len(set(params)) != len(params):
@@ -207,7 +208,7 @@ class Optimizer:
     def _check_float16(self, p):
         # NOTE: refused on every device, here and in the update kernels (see reference._UPDATES for why); checked
         # again at each step because Module.to(dtype) may cast a parameter after the optimizer was built.
-        if p.dtype == np.float16:
+        if p._data.dtype in LOW:
             raise float16_params_error(type(self).__name__, p.shape, p.dtype)
 
     # hooks, see the module docstring

@@ -53,7 +53,7 @@ from gpugrad.backend.reference.elementwise import (
     tanh_bwd,
     tanh_fwd,
 )
-from gpugrad.backend.reference.float16 import float16_params_error, opmath, opmath_all, opmath_array
+from gpugrad.backend.reference.float16 import BF16, LOW, float16_params_error, matmul, opmath, opmath_all, opmath_array
 from gpugrad.backend.reference.loss import (
     REDUCTIONS,
     _xent_rows,

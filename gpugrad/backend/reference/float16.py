@@ -1,16 +1,19 @@
-"""float16 in every kernel function: computed in float32, stored in float16 (PyTorch's "opmath"), the same on
-every device; and the one refusal of float16 optimizer parameters."""
+"""float16 and bfloat16 in every kernel function: computed in float32, stored in the low dtype (PyTorch's "opmath"),
+the same on every device; the one refusal of low-precision optimizer parameters; NumPy's matmul for bfloat16."""
 from __future__ import annotations
 
 import functools
 import inspect
 
+import ml_dtypes
 import numpy as np
 
 # PyTorch's "opmath": float16 is a storage type. The kernels are float/double templates and NumPy's float16 math
 # rounds every intermediate, so both implementations compute float16 inputs in float32 through the one wrapper
 # below and return float16 results: the CPU and CUDA results of a float16 op are the float32 result, rounded.
 _HALF, _FLOAT = np.dtype(np.float16), np.dtype(np.float32)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+LOW = (_HALF, BF16)  # the storage-only dtypes: computed in float32 (bfloat16's NumPy kind is "V", not "f")
 # Results an op only saves for its own backward stay float32, as PyTorch keeps layer norm's mean/rstd: a float16
 # mean or rstd loses the digits that xhat = (x - mean) * rstd needs, and a float16 lse (|lse| ~ 10) shifts every
 # probability exp(x - lse) of the cross-entropy gradient by up to ~4 float16 ulps.
@@ -27,47 +30,60 @@ _UPDATES = {"sgd_update_": "SGD", "adam_update_": "Adam/AdamW", "sgd_multi_updat
 def float16_params_error(optimizer, shape, dtype) -> TypeError:
     """The one refusal of float16 parameters, raised by the optimizers and by both implementations of the updates."""
     return TypeError(f"{optimizer}: got a parameter of shape {tuple(shape)} and dtype {np.dtype(dtype)}; float16 "
-                     "parameters are not supported on any device (float16 steps and optimizer state round small "
-                     "updates and Adam's small g^2 to 0): keep float32 master parameters with p.float() (or "
-                     "model.float()) before building the optimizer")
+                     "and bfloat16 parameters are not supported on any device (low-precision steps and optimizer "
+                     "state round small updates and Adam's small g^2 to 0): keep float32 master parameters with "
+                     "p.float() (or model.float()) before building the optimizer, and train in low precision "
+                     "with gpugrad.autocast")
 
 
-def _narrow(out, keep, seen):
-    """float32 results back to float16 (one copy per distinct array: bias_act returns y twice)."""
+def _narrow(out, keep, seen, low):
+    """float32 results back to the low dtype (one copy per distinct array: bias_act returns y twice)."""
     if isinstance(out, tuple):
-        return tuple(o if i in keep else _narrow(o, (), seen) for i, o in enumerate(out))
-    return seen.setdefault(id(out), out.astype(_HALF)) if getattr(out, "dtype", None) == _FLOAT else out
+        return tuple(o if i in keep else _narrow(o, (), seen, low) for i, o in enumerate(out))
+    return seen.setdefault(id(out), out.astype(low)) if getattr(out, "dtype", None) == _FLOAT else out
+
+
+def _is_low(a):
+    return getattr(a, "dtype", None) in LOW
 
 
 def opmath(fn):
     """Wrap a kernel function ``fn(xp, *arrays, **params)`` (a reference, or a launcher in backend/kernels/) so that
-    float16 array arguments are computed in float32; when the first array argument is float16, float32 results
-    come back as float16 (but for ``_KEEP_FLOAT32``). Without float16 arguments ``fn`` runs as it is."""
+    float16 and bfloat16 array arguments are computed in float32; when the first array argument is low-precision,
+    float32 results come back in its dtype (but for ``_KEEP_FLOAT32``). Otherwise ``fn`` runs as it is."""
     name = fn.__name__
     keep, in_place = _KEEP_FLOAT32.get(name, ()), _IN_PLACE.get(name)
 
     @functools.wraps(fn)
     def run(xp, *args, **params):
-        if not any(getattr(a, "dtype", None) == _HALF for a in args):
+        if not any(getattr(a, "dtype", None) in LOW for a in args):
             return fn(xp, *args, **params)
         if name in _UPDATES:
-            half = next(a for a in args if getattr(a, "dtype", None) == _HALF)  # multi-tensor: not args[0]
+            half = next(a for a in args if _is_low(a))  # multi-tensor: not args[0]
             raise float16_params_error(f"{_UPDATES[name]} ({name})", half.shape, half.dtype)
         first = next(a for a in args if hasattr(a, "dtype"))
-        wide = tuple(a.astype(_FLOAT) if getattr(a, "dtype", None) == _HALF else a for a in args)
+        wide = tuple(a.astype(_FLOAT) if _is_low(a) else a for a in args)
         out = fn(xp, *wide, **params)
         if in_place is not None:  # the caller's buffer keeps its identity: the float32 sum is written back into it
             args[in_place][...] = wide[in_place]
             return args[in_place]
-        return _narrow(out, keep, {}) if first.dtype == _HALF else out
+        return _narrow(out, keep, {}, first.dtype) if first.dtype in LOW else out
 
     return run
 
 
 def opmath_array(a):
-    """``a`` in the dtype the kernels compute it in (float16 -> float32, as :func:`opmath`), for an op that keeps
-    a result beyond one call in that precision (logsumexp's saved lse)."""
-    return a.astype(_FLOAT) if a.dtype == _HALF else a
+    """``a`` in the dtype the kernels compute it in (float16, bfloat16 -> float32, as :func:`opmath`), for an op
+    that keeps a result beyond one call in that precision (logsumexp's saved lse)."""
+    return a.astype(_FLOAT) if a.dtype in LOW else a
+
+
+def matmul(a, b):
+    """``np.matmul``, but bfloat16 operands multiply in float32 and the product is rounded once, as torch's CPU GEMM
+    accumulates bfloat16 in float32 (ml_dtypes' own matmul returns float32, and NumPy's dot would round as it adds)."""
+    if a.dtype == BF16 or b.dtype == BF16:
+        return np.matmul(a.astype(_FLOAT), b.astype(_FLOAT)).astype(np.result_type(a, b))
+    return np.matmul(a, b)
 
 
 def opmath_all(namespace):

@@ -1,0 +1,98 @@
+"""gpugrad.bfloat16 against torch.bfloat16 on the CPU: rounding, promotion, printing, files, and every op of the op
+table run in bfloat16 (output dtypes, values and gradients within bfloat16's precision)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpugrad
+from tests.op_cases import CASES, case_inputs
+
+BF16_EPS = 2.0 ** -8  # half an ulp at 1: bfloat16 keeps 8 significant bits
+
+
+def _name(dt):
+    return str(dt).rpartition(".")[2]
+
+
+def test_rounding_to_bfloat16_is_torchs(torch):
+    x = np.random.default_rng(0).standard_normal(10_000).astype(np.float32) * 100
+    x[:4] = [np.inf, -np.inf, np.nan, 3.3895314e38]  # specials and bfloat16's max
+    ours = gpugrad.tensor(x).bfloat16().float().numpy()
+    theirs = torch.tensor(x).bfloat16().float().numpy()
+    np.testing.assert_array_equal(ours, theirs)  # round to nearest even, the same bits
+
+
+@pytest.mark.parametrize("other", ["float16", "float32", "float64", "int64", "bool", "complex64"])
+def test_promotion_is_torchs(other, torch):
+    assert _name(gpugrad.promote_types(gpugrad.bfloat16, getattr(gpugrad, other))) == \
+        _name(torch.promote_types(torch.bfloat16, getattr(torch, other)))
+
+
+def test_python_numbers_and_other_tensors_promote_as_in_torch(torch):
+    x, tx = gpugrad.ones(3).bfloat16(), torch.ones(3).bfloat16()
+    for f in (lambda a, lib: a + 1.5, lambda a, lib: a * 2, lambda a, lib: a + lib.ones(3),
+              lambda a, lib: a + lib.ones(3).half(), lambda a, lib: a + lib.ones(3, dtype=lib.int64),
+              lambda a, lib: a + lib.tensor(2.0)):
+        assert _name(f(x, gpugrad).dtype) == _name(f(tx, torch).dtype)
+
+
+def test_finfo_and_flags_are_torchs(torch):
+    ours, theirs = gpugrad.finfo(gpugrad.bfloat16), torch.finfo(torch.bfloat16)
+    for field in ("bits", "eps", "max", "min", "tiny", "resolution"):
+        assert getattr(ours, field) == pytest.approx(getattr(theirs, field), rel=1e-6), field
+    assert gpugrad.bfloat16.is_floating_point and gpugrad.bfloat16.itemsize == 2
+    assert gpugrad.ones(2).bfloat16().is_floating_point()
+    assert gpugrad.ones(2).bfloat16().type() == torch.ones(2).bfloat16().type().replace("torch", "gpugrad")
+
+
+def test_printing_is_torchs(torch):
+    x = np.array([[0.1, -2.5, 3.0], [100.25, 1e-3, -7.0]], dtype=np.float32)
+    ours = repr(gpugrad.tensor(x).bfloat16())
+    assert ours == repr(torch.tensor(x).bfloat16()).replace("torch.", "gpugrad.")
+
+
+def test_save_and_load_keep_bfloat16(tmp_path, torch):
+    x = gpugrad.randn(4, 3).bfloat16().requires_grad_()
+    gpugrad.save({"x": x}, tmp_path / "m.pt")
+    y = gpugrad.load(tmp_path / "m.pt")["x"]
+    assert y.dtype == gpugrad.bfloat16 and y.requires_grad
+    np.testing.assert_array_equal(y.detach().float().numpy(), x.detach().float().numpy())
+    from safetensors.torch import load_file  # the file is a safetensors file torch reads as bfloat16
+
+    t = load_file(tmp_path / "m.pt")["0"]
+    assert t.dtype == torch.bfloat16
+    np.testing.assert_array_equal(t.float().numpy(), x.detach().float().numpy())
+
+
+PARAMS = [c for c in CASES if c.torch_fn and c.shift == 0]  # rows around -1000 are below bfloat16's resolution
+
+
+@pytest.mark.parametrize("case", PARAMS, ids=[c.name for c in PARAMS])
+def test_every_op_in_bfloat16_matches_torch(case, torch):
+    arrays = case_inputs(case, case.shapes[0])
+    floats = [a.dtype.kind == "f" for a in arrays]
+    theirs = [torch.tensor(a).bfloat16().requires_grad_() if f else torch.tensor(a) for a, f in zip(arrays, floats)]
+    try:
+        ty = case.torch_fn(*theirs)
+    except (RuntimeError, TypeError, NotImplementedError) as e:
+        pytest.skip(f"torch has no bfloat16 {case.name}: {e}")
+    ours = [gpugrad.tensor(a).bfloat16().requires_grad_() if f else gpugrad.tensor(a) for a, f in zip(arrays, floats)]
+    y = case.fn(*ours)
+    assert _name(y.dtype) == _name(ty.dtype)
+    # Each side rounds its own intermediates: a few bfloat16 ulps of the result's scale apart
+    scale = max(1.0, float(ty.detach().float().abs().max())) if ty.numel() else 1.0
+    np.testing.assert_allclose(y.detach().float().numpy(), ty.detach().float().numpy(), rtol=8 * BF16_EPS,
+                               atol=8 * BF16_EPS * scale)
+    if not ty.requires_grad:
+        return
+    u = np.random.default_rng(1).standard_normal(tuple(ty.shape))
+    y.backward(gpugrad.tensor(u).to(y.dtype))
+    ty.backward(torch.tensor(u).to(ty.dtype))
+    for a, b in zip(ours, theirs):
+        if b.grad is None:
+            continue
+        assert _name(a.grad.dtype) == _name(b.grad.dtype)
+        want = b.grad.float().numpy()
+        gscale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
+        np.testing.assert_allclose(a.grad.float().numpy(), want, rtol=16 * BF16_EPS, atol=16 * BF16_EPS * gscale)
