@@ -72,5 +72,17 @@ globals().update(_FUNCTIONS)
 
 __version__ = "0.1.0"
 
-from gpugrad import backends, data, nn, optim, utils  # noqa: E402,I001  (the packages users reach as attributes)
+from gpugrad import amp, backends, cpu, data, nn, optim, utils  # noqa: E402,I001  (packages reached as attributes)
+from gpugrad.amp import (  # noqa: E402
+    autocast,
+    clear_autocast_cache,
+    get_autocast_dtype,
+    is_autocast_available,
+    is_autocast_cache_enabled,
+    is_autocast_enabled,
+    set_autocast_cache_enabled,
+    set_autocast_dtype,
+    set_autocast_enabled,
+)
+from gpugrad.backends import get_float32_matmul_precision, set_float32_matmul_precision  # noqa: E402
 from gpugrad.serialization import load, save  # noqa: E402

@@ -89,7 +89,8 @@ sgd_update_(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf, lon
     T* __restrict__ p##k, const T* __restrict__ g##k, T* __restrict__ b##k, long long n##k, long long first##k
 template <typename T>
 __global__ void __launch_bounds__(256)
-sgd_multi_update_(const double* __restrict__ hyper, GG_MT_LIST(GG_SGD_SLOT)) {
+sgd_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, GG_MT_LIST(GG_SGD_SLOT)) {
+    if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
     const SgdScalars<T> s = sgd_scalars<T>(hyper[0], hyper[1], hyper[2], hyper[3], hyper[4] != 0.0, hyper[5] != 0.0);
     long long offset = 0;
 #define GG_SGD_RUN(k)                                                                                  \
@@ -167,8 +168,9 @@ adam_update_(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* _
         T* __restrict__ vmax##k, long long* __restrict__ step##k, long long n##k
 template <typename T>
 __global__ void __launch_bounds__(256)
-adam_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict__ ticket, long long decoupled,
-                   GG_MT_LIST(GG_ADAM_SLOT)) {
+adam_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, unsigned int* __restrict__ ticket,
+                   long long decoupled, GG_MT_LIST(GG_ADAM_SLOT)) {
+    if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
     const double lr = hyper[0], beta1 = hyper[1], beta2 = hyper[2];
     const double weight_decay = hyper[4];
     // decay = 1 - lr * wd in double, as the host computes it for adam_update_; step_size and bc2_sqrt per tensor below
@@ -203,7 +205,8 @@ adam_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict__ 
         T* __restrict__ b##k, long long n##k
 template <typename T>
 __global__ void __launch_bounds__(256)
-rmsprop_multi_update_(const double* __restrict__ hyper, GG_MT_LIST(GG_RMSPROP_SLOT)) {
+rmsprop_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, GG_MT_LIST(GG_RMSPROP_SLOT)) {
+    if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
     const T neg_lr = T(-hyper[0]), alpha = T(hyper[1]), w = T(1.0 - hyper[1]), eps = T(hyper[2]), wd = T(hyper[3]);
     const T mom = T(hyper[4]);
     const bool decay = hyper[3] != 0.0, maximize = hyper[5] != 0.0;
@@ -246,8 +249,9 @@ rmsprop_multi_update_(const double* __restrict__ hyper, GG_MT_LIST(GG_RMSPROP_SL
         long long n##k
 template <typename T>
 __global__ void __launch_bounds__(256)
-adagrad_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict__ ticket,
-                      GG_MT_LIST(GG_ADAGRAD_SLOT)) {
+adagrad_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip,
+                      unsigned int* __restrict__ ticket, GG_MT_LIST(GG_ADAGRAD_SLOT)) {
+    if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
     const double lr = hyper[0], lr_decay = hyper[1];
     const T wd = T(hyper[2]), eps = T(hyper[3]);
     const bool decay = hyper[2] != 0.0, maximize = hyper[4] != 0.0;

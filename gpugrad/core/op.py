@@ -15,7 +15,7 @@ from __future__ import annotations
 import numbers
 
 from gpugrad.backend import backend_of, graphs
-from gpugrad.core import anomaly, forward, forward_state, tensor_xp, trace
+from gpugrad.core import anomaly, autocast, forward, forward_state, tensor_xp, trace
 from gpugrad.core.grad_mode import STATE
 from gpugrad.core.node import AccumulateGrad, Node
 from gpugrad.core.promotion import promoted
@@ -25,6 +25,7 @@ from gpugrad.core.views import fresh, root_array, shadow, subscribe
 _NO_GRAD = [(False,) * n for n in range(8)]
 _FORWARD = forward_state.STATE
 _ANOMALY = anomaly.STATE
+_AUTOCAST = autocast.STATE
 _new = object.__new__
 BACKENDS = ("cpu", "cuda")
 
@@ -99,7 +100,7 @@ class Op(Node):
         # rare is going on (a view to re-derive, a dtype to promote, two devices); then the forward and the node.
         be = None
         record = False
-        rare = _FORWARD.level is not None or _ANOMALY.enabled or trace.RECORDING is not None
+        rare = _FORWARD.level is not None or _ANOMALY.enabled or trace.RECORDING is not None or _AUTOCAST.enabled
         first = None
         datas = []
         push = datas.append
@@ -173,7 +174,10 @@ class Op(Node):
 
     @classmethod
     def _apply_general(cls, args, params):
-        """Every case: promotion, view refresh, device checks, inference tensors, forward mode, anomaly, record()."""
+        """Every case: autocast, promotion, view refresh, device checks, inference tensors, forward mode, anomaly,
+        record()."""
+        if _AUTOCAST.enabled:  # the inputs in the dtype autocast's op lists give this op on their device
+            args = autocast.cast_inputs(cls.op_name, args)
         if cls.promotes:  # torch's type promotion: the inputs cast to the dtype the op computes in
             args = promoted(cls, args)
         fn = _new(cls)

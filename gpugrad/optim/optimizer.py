@@ -75,6 +75,7 @@ class Optimizer:
         self.defaults = dict(defaults)
         self.state = defaultdict(dict)  # parameter -> {name: array or number}; Tensors hash by identity
         self.param_groups = []
+        self._found_inf = None  # backend -> GradScaler's found_inf during a scaled step (see _skip)
         self._hyper = {}  # (group index, backend) -> [the options last copied, their float64 array on that device]
         self._tickets = {}  # backend -> the kernels' uint32 block counter (0 between launches)
         if isinstance(params, Tensor):
@@ -184,6 +185,11 @@ class Optimizer:
         for gi, be in list(self._hyper):
             with on(be):
                 self._device_hyper(gi, be)
+
+    def _skip(self, be):
+        """GradScaler's found_inf on ``be``'s device while it runs this step (the kernels skip themselves when it is
+        nonzero, so the scaler never reads it back), else None."""
+        return None if self._found_inf is None else self._found_inf.get(be)
 
     def _step_name(self):
         return f"{type(self).__name__}.step()"
