@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import sys
 
 from gpugrad.bench.suites import SECTIONS
+from gpugrad.cli import amp as amp_cli
 
 DEVICES = ("cpu", "cuda", "all")
 
@@ -66,6 +68,7 @@ def add_arguments(parser):
     parser.add_argument("--torch-threads", type=_positive_int, metavar="N",
                         help="PyTorch intra-op threads for the torch peer (default: PyTorch's own default)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    amp_cli.add_arguments(parser)  # --amp: the MLP step under autocast too; --tf32
     parser.add_argument("--modes", action="store_true", help="instead: time a full Jacobian of R^n -> R^m by forward "
                         "and by reverse mode over a grid of n and m (gpugrad.bench.modes); --plot draws their ratio")
     parser.add_argument("--distributed", action="store_true", help="instead: all-reduce bandwidth (algbw, busbw) of "
@@ -136,8 +139,12 @@ def run(args) -> int:
         th, _ = torch_for(get_backend("cpu"))
         if th is not None:
             th.set_num_threads(args.torch_threads)
+    if args.tf32:
+        import gpugrad
+
+        gpugrad.set_float32_matmul_precision("high")
     env = report.environment()
-    results = {"environment": env, "quick": bool(args.quick), "sections": list(args.sections), "complete": False,
+    results = {"environment": env, "quick": bool(args.quick), "amp": args.amp, "tf32": bool(args.tf32), "sections": list(args.sections), "complete": False,
                "devices": {}, "skipped": skipped}
 
     def save(device=None, result=None):
@@ -151,7 +158,7 @@ def run(args) -> int:
     save()  # the environment at once: a run cut short in its first section still says where it ran
     try:
         for device in devices:
-            config = suites.config_for(device, quick=args.quick, shape=args.sizes)
+            config = dataclasses.replace(suites.config_for(device, quick=args.quick, shape=args.sizes), amp=args.amp)
             tick, close = _progress(config.steps, not args.no_progress)
             try:
                 suites.run_device(device, config, tick, args.sections, on_update=functools.partial(save, device))

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpugrad.cli import amp as amp_cli
+
 # Defaults, tuned on the digits split: inputs standardized, 64-512-256-10 ReLU, AdamW(lr 1e-3, wd 0.1), batch 64,
 # 30 epochs -> 97.78% test accuracy with seed 0 (>= 97% for 5 of seeds 0-5) in ~2 s of CPU training.
 DEFAULTS = {"data": None, "hidden": [512, 256], "activation": "relu", "epochs": 30, "batch_size": 64, "lr": 1e-3,
@@ -156,6 +158,7 @@ def add_arguments(p):
         "error naming the lost rank when a rank waits this long for the others (default: 300 s)")
     add("--cuda-graph", action="store_true", help="capture the training step once as a CUDA graph and replay it "
         "for every full batch (CUDA only; same results as without)")
+    amp_cli.add_arguments(p)  # --amp, --tf32
     p.epilog = (f"exit codes: 0 done, {EXIT_ERROR} error, 2 bad command line, {EXIT_DIVERGED} training diverged "
                 f"(the loss became NaN or infinite; the last good checkpoint is kept), {EXIT_INTERRUPTED} interrupted")
 
@@ -291,15 +294,17 @@ class GraphedStep:
 
     WARMUP = 2
 
-    def __init__(self, model, optimizer):
+    def __init__(self, model, optimizer, mp=None):
         self.model, self.optimizer, self.graph, self.steps = model, optimizer, None, 0
+        self.mp = mp or amp_cli.MixedPrecision()
 
     def _eager(self, xb, yb):
         from gpugrad.nn import functional as F
 
         self.optimizer.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(self.model(xb), yb)
-        loss.backward()
+        with self.mp.autocast():
+            loss = F.cross_entropy(self.model(xb), yb)
+        self.mp.backward(loss)
         return loss
 
     def forward_backward(self, xb, yb):
@@ -312,7 +317,7 @@ class GraphedStep:
             self.graph = gpugrad.cuda.CUDAGraph()
             with gpugrad.cuda.graph(self.graph):
                 self.static_loss = self._eager(*self.static)
-                self.optimizer.step()
+                self.mp.step(self.optimizer)
         if self.graph is not None and xb.shape == self.static[0].shape:
             self.static[0].copy_(xb)
             self.static[1].copy_(yb)
@@ -325,10 +330,10 @@ class GraphedStep:
         if self.replay_pending:
             self.graph.replay()  # forward, backward and the optimizer step in one launch
         else:
-            self.optimizer.step()
+            self.mp.step(self.optimizer)
 
 
-def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None, par=None):
+def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None, par=None, mp=None):
     """Run the rest of the loader's current epoch, recording each finished step in ``progress``; returns the
     epoch's mean training loss. ``graphed`` (a GraphedStep) replays the step as a CUDA graph; ``par`` (a
     cli.data_parallel.DataParallel) trains this rank's share of each batch."""
@@ -344,16 +349,17 @@ def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None, par
         if graphed is not None:
             loss = graphed.forward_backward(xb, yb)
         else:
-            loss, summed = par.loss(model, xb, yb) if par else (F.cross_entropy(model(xb), yb), None)
+            with mp.autocast() if mp else contextlib.nullcontext():
+                loss, summed = par.loss(model, xb, yb) if par else (F.cross_entropy(model(xb), yb), None)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            mp.backward(loss) if mp else loss.backward()
         # NOTE: from the first parameter update to the last field of the progress record, a checkpoint would mix
         # two steps; a second Ctrl-C is held until the whole step is committed
         with stop.critical():
             if graphed is not None:
                 graphed.update()
             else:
-                optimizer.step()
+                mp.step(optimizer) if mp else optimizer.step()
             with gpugrad.no_grad():
                 weighted = loss.detach() * len(yb) if summed is None else summed
                 progress.loss_sum = weighted if progress.loss_sum is None else progress.loss_sum + weighted
@@ -748,7 +754,9 @@ def train(args) -> int:
         return EXIT_DIVERGED
 
     width = len(str(epochs))
-    graphed = GraphedStep(model, optimizer) if args.cuda_graph else None
+    mp = amp_cli.MixedPrecision.from_args(args, device)
+    _say(quiet, f"precision: {mp.describe()}" + (", TF32 matmuls" if getattr(args, "tf32", False) else ""))
+    graphed = GraphedStep(model, optimizer, mp) if args.cuda_graph else None
     # NOTE: NumPy's overflow warnings would only come before the divergence check's own one-line message
     agree = par.any if par else None  # --distributed: all ranks stop at the same batch
     with _SigintFlag(agree) as stop, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -761,7 +769,7 @@ def train(args) -> int:
                 train_loader.set_epoch(epoch, progress.batch)
                 with _progress_bar(len(train_loader), progress.batch, f"epoch {epoch + 1}/{epochs}",
                                    quiet or not sys.stderr.isatty()) as bar:
-                    train_loss = train_epoch(net, optimizer, train_loader, progress, bar, stop, graphed, par)
+                    train_loss = train_epoch(net, optimizer, train_loader, progress, bar, stop, graphed, par, mp)
                 t_eval = time.perf_counter()
                 test_loss, test_acc = evaluate(model, test_loader)
                 # NOTE: the epoch's one read of the loss sum (train_epoch) is the check: no extra sync per batch
