@@ -42,7 +42,13 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # split into one module per family; the ~110 new lines are the modules' imports and the packages' re-exports.
 # library 10415 -> 10455, testing 1910 -> 1960 (issue 18): a RawModule per instantiation, kernels.instantiations and
 # warm_up on a thread pool (~35); nvrtc_check --timings, the cold-compile seconds in the README (~50).
-BUDGETS = {"library": 10455, "tooling": 2460, "testing": 1960}
+# library 10455 -> 11460, tooling 2460 -> 2513, testing 1960 -> 2031 (issue 22, mixed precision): the base this started
+# from (c4c5c5e, the core rebuilt) already counted ~11,000 / 2,455 / 2,023 without raising the budget; issue 22's own
+# ~460 library lines buy gpugrad.autocast with torch's per-device op lists and its cache (core/autocast.py,
+# amp/autocast_mode.py, ~170), GradScaler with its decisions on the device (~170), bfloat16 (dtype, opmath, matmul,
+# einsum, ~40), the TF32 switches (~20), the optimizer kernels' skip argument (~20); the CLI's --amp/--tf32 (~55);
+# the cuBLAS stand-in's bfloat16 and TF32 (~8).
+BUDGETS = {"library": 11460, "tooling": 2513, "testing": 2031}
 
 
 def code_lines(path: Path) -> int:
