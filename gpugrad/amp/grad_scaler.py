@@ -84,26 +84,24 @@ class GradScaler:
         if self._scale is None:
             raise RuntimeError("unscale_: no scale yet; call scaler.scale(loss).backward() first")
         be, xp = self._be, self._be.xp
-        found = state["found_inf_per_device"]
+        by_dtype = {}  # the unscale kernel takes one float dtype per launch
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                g = p._grad
+                if g is None:
+                    continue
+                if g._data.dtype == np.float16:
+                    raise ValueError("Attempting to unscale FP16 gradients.")
+                if g._backend is not be:
+                    raise RuntimeError(f"GradScaler: a gradient on {g.device}, the scale on {be.device}; one "
+                                       "scaler serves the parameters of one device")
+                by_dtype.setdefault(g._data.dtype, []).append(g)
         with on(be):
-            inv = (1.0 / self._scale.astype(np.float64)).astype(np.float32)  # torch: reciprocal in double
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    g = p._grad
-                    if g is None:
-                        continue
-                    if g._data.dtype == np.float16:
-                        raise ValueError("Attempting to unscale FP16 gradients.")
-                    if g._backend is not be:
-                        raise RuntimeError(f"GradScaler: a gradient on {g.device}, the scale on {be.device}; "
-                                           "one scaler serves the parameters of one device")
-                    d = g._data
-                    bad = found.get(be)
-                    if bad is None:
-                        bad = found[be] = xp.zeros((1,), np.float32)
-                    # NOTE: on the device: nonzero where any element was inf or NaN before the multiply, as torch
-                    xp.add(bad, xp.logical_not(xp.isfinite(d).all()), out=bad)
-                    xp.multiply(d, inv.astype(d.dtype), out=d)
+            found = state["found_inf_per_device"][be] = xp.zeros((1,), np.float32)
+            for grads in by_dtype.values():
+                # NOTE: one multi-tensor launch per 16 gradients: g *= 1/scale, found = 1 on an inf or NaN
+                be.kernels.amp_unscale_multi_(xp, self._scale, found, *(g._data for g in grads))
+                for g in grads:
                     g._version_counter[0] += 1
         state["stage"] = _UNSCALED
 
@@ -156,18 +154,9 @@ class GradScaler:
                 if not infs:
                     raise AssertionError("No inf checks were recorded prior to update.")
                 total = infs[0] if len(infs) == 1 else sum(infs[1:], infs[0])
-                self._update_scale(xp, total.reshape(()) > 0)
+                be.kernels.amp_update_scale_(xp, self._scale, self._growth_tracker, total, self._growth_factor,
+                                             self._backoff_factor, self._growth_interval)
         self._per_optimizer_states = defaultdict(_fresh_state)
-
-    def _update_scale(self, xp, found):
-        """torch's _amp_update_scale_, as a few device ops on the 0-d scale and tracker (no branch on the host)."""
-        scale, tracker = self._scale, self._growth_tracker
-        successful = xp.where(found, 0, tracker + 1).astype(np.int32)
-        grow = successful >= self._growth_interval
-        grown = (scale * self._growth_factor).astype(np.float32)
-        scale[...] = xp.where(found, scale * self._backoff_factor,
-                              xp.where(grow & xp.isfinite(grown), grown, scale)).astype(np.float32)
-        tracker[...] = xp.where(grow, 0, successful)
 
     # -- reading the state back (host reads, as torch's) ----------------------------------------------------------
     def get_scale(self):

@@ -42,6 +42,8 @@ from gpugrad.backend.kernels.optim import (
                                            adagrad_multi_update_,
                                            adam_multi_update_,
                                            adam_update_,
+                                           amp_unscale_multi_,
+                                           amp_update_scale_,
                                            rmsprop_multi_update_,
                                            set_hyper_,
                                            sgd_multi_update_,

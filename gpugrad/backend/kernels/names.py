@@ -15,10 +15,11 @@ RAW_KERNELS = {
     "loss": ("softmax_xent_fwd", "softmax_xent_bwd"),
     "norm": ("layer_norm_fwd", "layer_norm_bwd", "layer_norm_bwd_wb"),
     "optim": ("sgd_update_", "adam_update_", "sgd_multi_update_", "adam_multi_update_", "rmsprop_multi_update_",
-              "adagrad_multi_update_"),
+              "adagrad_multi_update_", "amp_unscale_multi_", "amp_update_scale_"),
     "check": ("check_index", "check_finite"),  # check_index per index type (INDEX_CTYPES), not per float type
 }
 INDEX_CTYPES = {"int32": "int", "int64": "long long"}
+SCALE_KERNELS = ("amp_update_scale_",)  # instantiated for float only: GradScaler's scale is float32
 
 
 def _expr(kernel: str, ctype: str) -> str:
@@ -45,6 +46,8 @@ def _instantiations(kernel):
         return [f"pointwise<{op}>" for op in POINTWISE_OPS]
     if kernel == "bias_act_bwd":
         return [f"{kernel}<{c}, pw::{a}>" for c in CTYPES.values() for a in ACTIVATIONS]
+    if kernel in SCALE_KERNELS:  # the scaler's own float32 arrays, whatever the gradients' dtype
+        return [f"{kernel}<float>"]
     ctypes = INDEX_CTYPES if kernel == "check_index" else CTYPES
     return [f"{kernel}<{c}>" for c in ctypes.values()]
 
@@ -98,6 +101,8 @@ USES = {
     "adam_multi_update_": ("optim:adam_multi_update_",),
     "rmsprop_multi_update_": ("optim:rmsprop_multi_update_",),
     "adagrad_multi_update_": ("optim:adagrad_multi_update_",),
+    "amp_unscale_multi_": ("optim:amp_unscale_multi_",),
+    "amp_update_scale_": ("optim:amp_update_scale_",),
 }
 
 
@@ -126,7 +131,7 @@ def instantiations(launchers=None, dtypes=("float32",)) -> list:
         for family, _, kernel in (u.partition(":") for u in USES[launcher]):
             if family == "ew":
                 continue
-            heads = {f"{kernel}<" if kernel == "check_index" else
+            heads = {f"{kernel}<" if kernel == "check_index" or kernel in SCALE_KERNELS else
                      f"pointwise<{_FUNCTORS[launcher].format(c=c)}" if kernel == "pointwise" else f"{kernel}<{c}"
                      for c in ctypes}
             found |= {(family, e) for e in NAME_EXPRESSIONS[family] if any(e.startswith(h) for h in heads)}

@@ -185,6 +185,40 @@ def adagrad_multi_update_(xp, hyper, ticket, *tensors, skip=None):
                   (None,) * 4 + (0,), True, back)
 
 
+def _scaler_arrays(name, **arrays):
+    for what, (a, dtype) in arrays.items():
+        if a.dtype != dtype or a.size != 1 or not a.flags.c_contiguous:
+            raise TypeError(f"{name}: {what} must be a one-element contiguous {dtype} array, got {_describe([a])}")
+
+
+def amp_unscale_multi_(xp, scale, found_inf, *grads):
+    """GradScaler's unscale and check: every gradient (one float dtype) times 1/scale in place, found_inf set to 1
+    when any held an inf or NaN; scale and found_inf are one-element float32 device arrays, read and written by the
+    kernel (one launch per 16 gradients, no host sync)."""
+    name = "amp_unscale_multi_"
+    _scaler_arrays(name, scale=(scale, "float32"), found_inf=(found_inf, "float32"))
+    if not grads:
+        return
+    ctype = _check_float(name, *grads)
+    rt = runtime()
+    CALLS[name] += 1
+    back = [(g, rt.ascontiguousarray(g)) for g in grads if not g.flags.c_contiguous]
+    work = [dict((id(a), w) for a, w in back).get(id(g), g) for g in grads]
+    _multi_launch(rt, name, ctype, (scale, found_inf), [(g, g.size) for g in work], [g.size for g in work],
+                  (None, 0), False, back)
+
+
+def amp_update_scale_(xp, scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """GradScaler's update on the device (torch's _amp_update_scale_): one thread backs the float32 scale off after an
+    inf or NaN, or grows it after ``growth_interval`` clean steps; the int32 tracker counts them."""
+    name = "amp_update_scale_"
+    _scaler_arrays(name, scale=(scale, "float32"), tracker=(tracker, "int32"), found_inf=(found_inf, "float32"))
+    rt = runtime()
+    CALLS[name] += 1
+    rt.raw_kernel("optim", _expr(name, "float"))((1,), (1,), (scale, tracker, found_inf, float(growth_factor),
+                                                              float(backoff_factor), int(growth_interval)))
+
+
 def set_hyper_(xp, hyper, values):
     """hyper[:] = values (a host float64 array of the same shape) by an asynchronous copy on the current stream:
     a few bytes, no host sync, no kernel. The optimizers call it only when a hyperparameter changed."""

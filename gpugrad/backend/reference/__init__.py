@@ -67,6 +67,8 @@ from gpugrad.backend.reference.norm import layer_norm_bwd, layer_norm_fwd
 from gpugrad.backend.reference.optim import (
     adagrad_multi_update_,
     adam_multi_update_,
+    amp_unscale_multi_,
+    amp_update_scale_,
     adam_update_,
     rmsprop_multi_update_,
     set_hyper_,

@@ -19,6 +19,7 @@ LOW = (_HALF, BF16)  # the storage-only dtypes: computed in float32 (bfloat16's 
 # probability exp(x - lse) of the cross-entropy gradient by up to ~4 float16 ulps.
 _KEEP_FLOAT32 = {"layer_norm_fwd": (1, 2), "softmax_xent_fwd": (1, 2), "token_logprob_fwd": (1,)}
 _IN_PLACE = {"accumulate_": 0, "copy_": 0}  # the argument a function updates in place (and returns)
+_ALL_IN_PLACE = {"amp_unscale_multi_"}  # functions that update every low-precision array they are given
 # Optimizer updates refuse float16 parameters instead of computing them in float32 in place: p and the state would
 # still be stored in float16, where Adam's (1 - beta2) * g^2 rounds to 0 for |g| < ~5e-3 (float16 stops at 6e-8;
 # then lr * m / eps explodes) and a step below half an ulp of p (p ~ 1: |lr * d| < 5e-4) is rounded away, so
@@ -64,6 +65,11 @@ def opmath(fn):
         first = next(a for a in args if hasattr(a, "dtype"))
         wide = tuple(a.astype(_FLOAT) if _is_low(a) else a for a in args)
         out = fn(xp, *wide, **params)
+        if name in _ALL_IN_PLACE:  # each low-precision gradient gets its unscaled float32 values back, rounded
+            for a, w in zip(args, wide):
+                if w is not a:
+                    a[...] = w
+            return out
         if in_place is not None:  # the caller's buffer keeps its identity: the float32 sum is written back into it
             args[in_place][...] = wide[in_place]
             return args[in_place]

@@ -1,6 +1,8 @@
 """References of optim.cu: torch.optim's SGD, Adam/AdamW, RMSprop and Adagrad updates, in place."""
 from __future__ import annotations
 
+import numpy as np
+
 from gpugrad.backend.reference.common import _s
 from gpugrad.backend.reference.float16 import opmath_all
 
@@ -146,6 +148,35 @@ def _lerp(a, b, w):
         a += w * (b - a)
     else:
         a[...] = b - (b - a) * (1 - w)
+
+
+def amp_unscale_multi_(xp, scale, found_inf, *grads):
+    """torch's _amp_foreach_non_finite_check_and_unscale_: each gradient times inv_scale = 1/scale (in double, rounded
+    to float32, then to the gradient's dtype) in place; found_inf = 1 when any element of any gradient was inf or NaN
+    before the multiply."""
+    inv = np.float32(1.0 / float(scale.reshape(-1)[0]))
+    for g in grads:
+        if not xp.isfinite(g).all():
+            found_inf.reshape(-1)[0] = 1.0
+        g *= g.dtype.type(inv)
+
+
+def amp_update_scale_(xp, scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """torch's _amp_update_scale_: after an inf or NaN (found_inf != 0), scale *= backoff and the tracker resets;
+    else the tracker counts the clean step, and at growth_interval the scale grows (if still finite) and it resets."""
+    s, t = scale.reshape(-1), tracker.reshape(-1)
+    if found_inf.reshape(-1)[0] != 0:
+        s[0], t[0] = np.float32(float(s[0]) * backoff_factor), 0  # in double, as the kernel
+        return
+    successful = int(t[0]) + 1
+    if successful == growth_interval:
+        with np.errstate(over="ignore"):  # an overflowing growth is dropped below, as the kernel drops it
+            grown = np.float32(float(s[0]) * growth_factor)
+        if np.isfinite(grown):
+            s[0] = grown
+        t[0] = 0
+    else:
+        t[0] = successful
 
 
 def set_hyper_(xp, hyper, values):
