@@ -17,7 +17,7 @@ import numbers
 
 import numpy as np
 
-from gpugrad.backend import backend_of, get_backend, is_array
+from gpugrad.backend import backend_of, dlpack, get_backend, is_array
 from gpugrad.backend.deferred import raise_pending
 from gpugrad.core.grad_mode import STATE
 from gpugrad.dtypes import DEFAULTS, Size, default_complex, of_array, to_np
@@ -150,6 +150,8 @@ class TensorBase:
         if self._requires_grad_now():
             raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
         raise_pending(self._backend, None)  # not a host read: allowed inside a capture
+        if self._data.dtype == dlpack.BF16 and isinstance(self._data, np.ndarray):  # NumPy's DLPack has no bfloat16
+            return dlpack.export_bf16(self._data)
         return self._data.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):

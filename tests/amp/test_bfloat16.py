@@ -96,3 +96,23 @@ def test_every_op_in_bfloat16_matches_torch(case, torch):
         want = b.grad.float().numpy()
         gscale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
         np.testing.assert_allclose(a.grad.float().numpy(), want, rtol=16 * BF16_EPS, atol=16 * BF16_EPS * gscale)
+
+
+def test_dlpack_with_torch_both_ways_shares_bfloat16_memory(torch):
+    t = torch.randn(3, 4).bfloat16()
+    x = gpugrad.from_dlpack(t)
+    assert x.dtype == gpugrad.bfloat16
+    np.testing.assert_array_equal(x.float().numpy(), t.float().numpy())
+    t[0, 0] = 7.0  # zero copy: the same memory
+    assert float(x[0, 0]) == 7.0
+    xt = gpugrad.from_dlpack(t.t())  # strides come through
+    np.testing.assert_array_equal(xt.float().numpy(), t.t().float().numpy())
+    y = gpugrad.randn(2, 6).bfloat16()
+    for view in (y, y[:, ::2]):
+        ty = torch.from_dlpack(view)
+        assert ty.dtype == torch.bfloat16
+        np.testing.assert_array_equal(ty.float().numpy(), view.float().numpy())
+    torch.from_dlpack(y)[1, 1] = -3.0
+    assert float(y[1, 1]) == -3.0
+    y.__dlpack__()  # a capsule nobody consumes is freed by its own destructor
+    assert torch.from_dlpack(gpugrad.ones(2)).dtype == torch.float32  # other dtypes: NumPy's DLPack as before
