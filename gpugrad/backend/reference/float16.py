@@ -85,9 +85,10 @@ def opmath_array(a):
 
 
 def matmul(a, b):
-    """``np.matmul``, but bfloat16 operands multiply in float32 and the product is rounded once, as torch's CPU GEMM
-    accumulates bfloat16 in float32 (ml_dtypes' own matmul returns float32, and NumPy's dot would round as it adds)."""
-    if a.dtype == BF16 or b.dtype == BF16:
+    """``np.matmul``, but float16 and bfloat16 operands multiply in float32 and the product is rounded once, as torch's
+    CPU GEMMs accumulate them in float32 (ml_dtypes' bfloat16 matmul returns float32; NumPy's float16 matmul rounds as
+    it adds, in a loop without BLAS, hundreds of times slower)."""
+    if a.dtype in LOW or b.dtype in LOW:
         return np.matmul(a.astype(_FLOAT), b.astype(_FLOAT)).astype(np.result_type(a, b))
     return np.matmul(a, b)
 
