@@ -73,11 +73,10 @@ globals().update(_FUNCTIONS)
 __version__ = "0.1.0"
 
 from gpugrad import amp, backends, cpu, data, nn, optim, utils  # noqa: E402,I001  (packages reached as attributes)
-from gpugrad.amp import (  # noqa: E402
+from gpugrad.amp.autocast_mode import (  # noqa: E402
     autocast,
     clear_autocast_cache,
     get_autocast_dtype,
-    is_autocast_available,
     is_autocast_cache_enabled,
     is_autocast_enabled,
     set_autocast_cache_enabled,

@@ -8,6 +8,7 @@ import pytest
 
 import gpugrad
 from gpugrad.core import autocast as ac
+from tests.amp.compare import assert_matches_torch, name
 from tests.op_cases import CASES, case_inputs
 
 PARAMS = [(c, d) for c in CASES if c.torch_fn and c.shift == 0 for d in ("bfloat16", "float16")]
@@ -16,9 +17,6 @@ KNOWN = {"einsum_broadcast": "torch's CPU einsum is cast only where it reaches b
                              "becomes mul + sum there: gpugrad casts every einsum of two or more operands"}
 TOL = {"bfloat16": 2.0 ** -5, "float16": 2.0 ** -8}  # a few ulps of each low dtype
 
-
-def _name(dt):
-    return str(dt).rpartition(".")[2]
 
 
 @pytest.mark.parametrize("case,low", PARAMS, ids=[f"{c.name}-{d}" for c, d in PARAMS])
@@ -36,22 +34,8 @@ def test_cpu_autocast_matches_torch_op_by_op(case, low, torch):
     ours = [gpugrad.tensor(a).float().requires_grad_() if f else gpugrad.tensor(a) for a, f in zip(arrays, floats)]
     with gpugrad.autocast("cpu", dtype=getattr(gpugrad, low)):
         y = case.fn(*ours)
-    assert _name(y.dtype) == _name(ty.dtype), f"{case.name}: {y.dtype} vs torch's {ty.dtype}"
-    tol = TOL[low]
-    scale = max(1.0, float(ty.detach().float().abs().max())) if ty.numel() else 1.0
-    np.testing.assert_allclose(y.detach().float().numpy(), ty.detach().float().numpy(), rtol=tol, atol=tol * scale)
-    if not ty.requires_grad:
-        return
-    u = np.random.default_rng(1).standard_normal(tuple(ty.shape))
-    y.backward(gpugrad.tensor(u).to(y.dtype))
-    ty.backward(torch.tensor(u).to(ty.dtype))
-    for a, b in zip(ours, theirs):
-        if b.grad is None:
-            continue
-        assert a.grad.dtype == gpugrad.float32 and b.grad.dtype == torch.float32  # float32 leaves: float32 grads
-        want = b.grad.numpy()
-        gscale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
-        np.testing.assert_allclose(a.grad.numpy(), want, rtol=2 * tol, atol=2 * tol * gscale)
+    assert_matches_torch(torch, y, ty, ours, theirs, TOL[low], 2 * TOL[low])
+    assert all(a.grad.dtype == gpugrad.float32 for a in ours if a.grad is not None)  # float32 leaves, float32 grads
 
 
 def test_the_cpu_list_is_torchs_for_every_op_gpugrad_has(torch):

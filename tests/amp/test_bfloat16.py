@@ -6,13 +6,11 @@ import numpy as np
 import pytest
 
 import gpugrad
+from tests.amp.compare import assert_matches_torch, name
 from tests.op_cases import CASES, case_inputs
 
 BF16_EPS = 2.0 ** -8  # half an ulp at 1: bfloat16 keeps 8 significant bits
 
-
-def _name(dt):
-    return str(dt).rpartition(".")[2]
 
 
 def test_rounding_to_bfloat16_is_torchs(torch):
@@ -25,8 +23,8 @@ def test_rounding_to_bfloat16_is_torchs(torch):
 
 @pytest.mark.parametrize("other", ["float16", "float32", "float64", "int64", "bool", "complex64"])
 def test_promotion_is_torchs(other, torch):
-    assert _name(gpugrad.promote_types(gpugrad.bfloat16, getattr(gpugrad, other))) == \
-        _name(torch.promote_types(torch.bfloat16, getattr(torch, other)))
+    assert name(gpugrad.promote_types(gpugrad.bfloat16, getattr(gpugrad, other))) == \
+        name(torch.promote_types(torch.bfloat16, getattr(torch, other)))
 
 
 def test_python_numbers_and_other_tensors_promote_as_in_torch(torch):
@@ -34,7 +32,7 @@ def test_python_numbers_and_other_tensors_promote_as_in_torch(torch):
     for f in (lambda a, lib: a + 1.5, lambda a, lib: a * 2, lambda a, lib: a + lib.ones(3),
               lambda a, lib: a + lib.ones(3).half(), lambda a, lib: a + lib.ones(3, dtype=lib.int64),
               lambda a, lib: a + lib.tensor(2.0)):
-        assert _name(f(x, gpugrad).dtype) == _name(f(tx, torch).dtype)
+        assert name(f(x, gpugrad).dtype) == name(f(tx, torch).dtype)
 
 
 def test_finfo_and_flags_are_torchs(torch):
@@ -79,23 +77,8 @@ def test_every_op_in_bfloat16_matches_torch(case, torch):
         pytest.skip(f"torch has no bfloat16 {case.name}: {e}")
     ours = [gpugrad.tensor(a).bfloat16().requires_grad_() if f else gpugrad.tensor(a) for a, f in zip(arrays, floats)]
     y = case.fn(*ours)
-    assert _name(y.dtype) == _name(ty.dtype)
-    # Each side rounds its own intermediates: a few bfloat16 ulps of the result's scale apart
-    scale = max(1.0, float(ty.detach().float().abs().max())) if ty.numel() else 1.0
-    np.testing.assert_allclose(y.detach().float().numpy(), ty.detach().float().numpy(), rtol=8 * BF16_EPS,
-                               atol=8 * BF16_EPS * scale)
-    if not ty.requires_grad:
-        return
-    u = np.random.default_rng(1).standard_normal(tuple(ty.shape))
-    y.backward(gpugrad.tensor(u).to(y.dtype))
-    ty.backward(torch.tensor(u).to(ty.dtype))
-    for a, b in zip(ours, theirs):
-        if b.grad is None:
-            continue
-        assert _name(a.grad.dtype) == _name(b.grad.dtype)
-        want = b.grad.float().numpy()
-        gscale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
-        np.testing.assert_allclose(a.grad.float().numpy(), want, rtol=16 * BF16_EPS, atol=16 * BF16_EPS * gscale)
+    # each side rounds its own intermediates: a few bfloat16 ulps of the result's scale apart
+    assert_matches_torch(torch, y, ty, ours, theirs, 8 * BF16_EPS, 16 * BF16_EPS)
 
 
 def test_dlpack_with_torch_both_ways_shares_bfloat16_memory(torch):
