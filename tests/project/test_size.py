@@ -48,7 +48,9 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # amp/autocast_mode.py, ~170), GradScaler with its decisions on the device (~170), bfloat16 (dtype, opmath, matmul,
 # einsum, ~40), the TF32 switches (~20), the optimizer kernels' skip argument (~20); the CLI's --amp/--tf32 (~55);
 # the cuBLAS stand-in's bfloat16 and TF32 (~8).
-BUDGETS = {"library": 11460, "tooling": 2513, "testing": 2031}
+# library 11460 -> 11580 (issue 22): GradScaler's unscale and update as kernels, their launchers and references (~40),
+# DLPack of bfloat16 on the CPU, which NumPy's own refuses (backend/dlpack.py, ~80).
+BUDGETS = {"library": 11580, "tooling": 2513, "testing": 2031}
 
 
 def code_lines(path: Path) -> int:
