@@ -27,7 +27,10 @@ _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 # gpugrad's op and composite names -> torch's cast policy on each device type. gpugrad's `matmul` is torch's mm, bmm,
 # mv and matmul; `cross_entropy` is torch's cross_entropy_loss (on CUDA, its log_softmax and nll_loss are fp32 there);
 # fp32_set_opt_dtype ops (softmax, sum, ...) run their eligible inputs in float32, which is what setting dtype does.
-_COMMON_LOW = ("matmul", "linear")
+# bias_act is gpugrad's fused bias + activation of a Linear layer (nn.MLP's linear + bias_act): its bias is the layer's,
+# which torch's F.linear takes in the low dtype, so it runs there too (on its bfloat16 kernel) and the layer's output
+# has torch's Linear + activation's dtype.
+_COMMON_LOW = ("matmul", "linear", "bias_act")
 POLICIES = {
     "cpu": {**dict.fromkeys(_COMMON_LOW, LOW), "einsum": PRODUCT,
             **dict.fromkeys(("mse_loss", "nll_loss", "cross_entropy", "smooth_l1_loss", "huber_loss", "l1_loss",

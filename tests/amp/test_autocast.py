@@ -15,14 +15,17 @@ PARAMS = [(c, d) for c in CASES if c.torch_fn and c.shift == 0 for d in ("bfloat
 # where gpugrad's autocast differs from torch's CPU one on purpose (README, differences from torch)
 KNOWN = {"einsum_broadcast": "torch's CPU einsum is cast only where it reaches bmm; 'ij,ij->i' with a broadcast j "
                              "becomes mul + sum there: gpugrad casts every einsum of two or more operands"}
+KNOWN_OPS = {"bias_act": "gpugrad's fused bias + activation of a Linear layer runs in the low dtype, as torch's F.linear "
+                         "takes its bias; the rows' torch equivalent is the unfused add + activation, which torch "
+                         "leaves in float32 (test_a_fused_linear_layer_has_torchs_dtypes checks the layer)"}
 TOL = {"bfloat16": 2.0 ** -5, "float16": 2.0 ** -8}  # a few ulps of each low dtype
 
 
 
 @pytest.mark.parametrize("case,low", PARAMS, ids=[f"{c.name}-{d}" for c, d in PARAMS])
 def test_cpu_autocast_matches_torch_op_by_op(case, low, torch):
-    if case.name in KNOWN:
-        pytest.skip(KNOWN[case.name])
+    if case.name in KNOWN or case.op in KNOWN_OPS:
+        pytest.skip(KNOWN.get(case.name) or KNOWN_OPS[case.op])
     arrays = case_inputs(case, case.shapes[0])
     floats = [a.dtype.kind == "f" for a in arrays]
     theirs = [torch.tensor(a).float().requires_grad_() if f else torch.tensor(a) for a, f in zip(arrays, floats)]
@@ -131,3 +134,27 @@ def test_cuda_autocast_leaves_cpu_tensors_alone():
     x = gpugrad.ones(2, 2)
     with gpugrad.autocast("cuda"):
         assert (x @ x).dtype == gpugrad.float32  # as torch's CUDA autocast, which does not touch CPU tensors
+
+
+def test_a_fused_linear_layer_has_torchs_dtypes(torch):
+    """nn.MLP's linear + bias_act under autocast: the layer's output and its gradients have the dtypes and, within
+    bfloat16's precision, the values of torch's Linear + ReLU under torch's CPU autocast."""
+    gpugrad.manual_seed(0)
+    mlp = gpugrad.nn.MLP([6, 8, 3])
+    tl1, tl2 = torch.nn.Linear(6, 8), torch.nn.Linear(8, 3)
+    with torch.no_grad():
+        for t, g in zip((tl1.weight, tl1.bias, tl2.weight, tl2.bias), mlp.parameters()):
+            t.copy_(torch.tensor(g.detach().numpy()))
+    x = np.random.default_rng(2).standard_normal((5, 6)).astype(np.float32)
+    with gpugrad.autocast("cpu"):
+        y = mlp(gpugrad.tensor(x))  # the fused forward: linear without bias, then bias_act
+    with torch.autocast("cpu"):
+        th = torch.relu(tl1(torch.tensor(x)))
+        ty = tl2(th)
+    assert name(y.dtype) == name(ty.dtype) == "bfloat16"
+    np.testing.assert_allclose(y.float().detach().numpy(), ty.float().detach().numpy(), rtol=3e-2, atol=3e-2)
+    y.float().sum().backward()
+    ty.float().sum().backward()
+    for g, t in zip(mlp.parameters(), (tl1.weight, tl1.bias, tl2.weight, tl2.bias)):
+        assert g.grad.dtype == gpugrad.float32
+        np.testing.assert_allclose(g.grad.numpy(), t.grad.numpy(), rtol=5e-2, atol=5e-2)

@@ -39,6 +39,13 @@ POINTWISE_OPS = tuple(op for c in CTYPES.values() for op in (
     *(f"BiasActFwd<{c}, pw::{a}, {str(_saves_x(a)).lower()}>" for a in ACTIVATIONS),
     *(f"DropoutFwd<{c}, {u}>" for u in CTYPES.values()),
     f"DropoutBwd<{c}>", f"Accumulate<{c}>"))
+# bfloat16 (stored, computed in float: common.cuh gg::bf16) for the activations, their backward and bias + activation,
+# the kernels autocast feeds low-precision activations; the other kernels take bfloat16 through reference.opmath
+BF16_CTYPE = "gg::bf16"
+BF16_OPS = (*(f"ActFwd<{BF16_CTYPE}, pw::{a}>" for a in ACTIVATIONS),
+            *(f"ActBwd<{BF16_CTYPE}, pw::{d.name}>" for d in KERNEL_OPS),
+            *(f"BiasActFwd<{BF16_CTYPE}, pw::{a}, {str(_saves_x(a)).lower()}>" for a in ACTIVATIONS))
+POINTWISE_OPS = POINTWISE_OPS + BF16_OPS
 
 
 def _instantiations(kernel):
@@ -112,7 +119,8 @@ _FUNCTORS = {
     "bias_act_fwd": "BiasActFwd<{c},", "dropout_fwd": "DropoutFwd<{c},", "dropout_bwd": "DropoutBwd<{c}>>",
     "accumulate_": "Accumulate<{c}>>", "copy_": "ActFwd<{c}, pw::identity>>",
 }
-_DTYPE_CTYPES = {"float16": "float", **CTYPES}  # float16 is computed in float32 (reference.opmath)
+# float16 is computed in float32 (reference.opmath); bfloat16 natively where BF16_OPS has the functor, else likewise
+_DTYPE_CTYPES = {"float16": ("float",), "bfloat16": ("float", BF16_CTYPE), **{k: (v,) for k, v in CTYPES.items()}}
 
 
 def instantiations(launchers=None, dtypes=("float32",)) -> list:
@@ -123,7 +131,7 @@ def instantiations(launchers=None, dtypes=("float32",)) -> list:
     unknown = [d for d in dtypes if d not in _DTYPE_CTYPES]
     if unknown:
         raise ValueError(f"instantiations: dtypes must be among {tuple(_DTYPE_CTYPES)}, got {unknown}")
-    ctypes = {_DTYPE_CTYPES[d] for d in dtypes}
+    ctypes = {c for d in dtypes for c in _DTYPE_CTYPES[d]}
     found = set()
     for launcher in USES if launchers is None else launchers:
         if launcher not in USES:

@@ -115,7 +115,7 @@ def _multi_launch(rt, name, ctype, head, slots, sizes, null_slot, always, back):
 
 
 def _skip(rt, name, skip):
-    """GradScaler's found_inf (float32, shape (1,), on the device: nonzero skips the step inside the kernel), or None."""
+    """GradScaler's found_inf (float32, shape (1,), on the device: nonzero skips the step in the kernel), or None."""
     if skip is not None and (skip.dtype != "float32" or skip.shape != (1,)):
         raise TypeError(f"{name}: skip must be a float32 array of shape (1,), got {_describe([skip])}")
     return skip if skip is None else rt.ascontiguousarray(skip)

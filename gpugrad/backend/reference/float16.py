@@ -48,16 +48,19 @@ def _is_low(a):
     return getattr(a, "dtype", None) in LOW
 
 
-def opmath(fn):
+def opmath(fn, native_bf16=False):
     """Wrap a kernel function ``fn(xp, *arrays, **params)`` (a reference, or a launcher in backend/kernels/) so that
     float16 and bfloat16 array arguments are computed in float32; when the first array argument is low-precision,
-    float32 results come back in its dtype (but for ``_KEEP_FLOAT32``). Otherwise ``fn`` runs as it is."""
+    float32 results come back in its dtype (but for ``_KEEP_FLOAT32``). Otherwise ``fn`` runs as it is; so does a
+    launcher with bfloat16 kernels of its own (``native_bf16``) given only bfloat16 arrays, all C-contiguous."""
     name = fn.__name__
     keep, in_place = _KEEP_FLOAT32.get(name, ()), _IN_PLACE.get(name)
 
     @functools.wraps(fn)
     def run(xp, *args, **params):
         if not any(getattr(a, "dtype", None) in LOW for a in args):
+            return fn(xp, *args, **params)
+        if native_bf16 and all(a.dtype == BF16 and a.flags.c_contiguous for a in args if hasattr(a, "dtype")):
             return fn(xp, *args, **params)
         if name in _UPDATES:
             half = next(a for a in args if _is_low(a))  # multi-tensor: not args[0]
@@ -93,9 +96,9 @@ def matmul(a, b):
     return np.matmul(a, b)
 
 
-def opmath_all(namespace):
+def opmath_all(namespace, native_bf16=()):
     """Wrap every kernel function of a module (public, first parameter ``xp``) with :func:`opmath`; called at the
     end of every reference and launcher module, so both take float16 the same way."""
     for name, f in list(namespace.items()):
         if inspect.isfunction(f) and not name.startswith("_") and f.__code__.co_varnames[:1] == ("xp",):
-            namespace[name] = opmath(f)
+            namespace[name] = opmath(f, name in native_bf16)
