@@ -71,6 +71,11 @@ class GradScaler:
             return type(outputs)(self.scale(o) for o in outputs)
         raise ValueError("outputs must be a Tensor or an iterable of Tensors")
 
+    def _check_scale(self, what):
+        if self._scale is None:
+            raise AssertionError(f"Attempted {what} but _scale is None.  This may indicate your script did not use "
+                               "scaler.scale(loss or outputs) earlier in the iteration.")
+
     def unscale_(self, optimizer):
         """Divide ``optimizer``'s gradients by the scale in place and record, on the device, whether any is inf or
         NaN. Called by ``step`` unless called first (to clip gradients between unscaling and stepping)."""
@@ -81,8 +86,7 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] == _STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        if self._scale is None:
-            raise RuntimeError("unscale_: no scale yet; call scaler.scale(loss).backward() first")
+        self._check_scale("unscale_")
         be, xp = self._be, self._be.xp
         by_dtype = {}  # the unscale kernel takes one float dtype per launch
         for group in optimizer.param_groups:
@@ -96,6 +100,9 @@ class GradScaler:
                     raise RuntimeError(f"GradScaler: a gradient on {g.device}, the scale on {be.device}; one "
                                        "scaler serves the parameters of one device")
                 by_dtype.setdefault(g._data.dtype, []).append(g)
+        if not by_dtype:  # nothing to check: step() then refuses, as torch's ("No inf checks were recorded")
+            state["stage"] = _UNSCALED
+            return
         with on(be):
             found = state["found_inf_per_device"][be] = xp.zeros((1,), np.float32)
             for grads in by_dtype.values():
@@ -112,6 +119,7 @@ class GradScaler:
             return optimizer.step(*args, **kwargs)
         if "closure" in kwargs:
             raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
+        self._check_scale("step")
         state = self._per_optimizer_states[id(optimizer)]
         if state["stage"] == _STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
@@ -137,8 +145,7 @@ class GradScaler:
         set it to ``new_scale`` (a float or a one-element Tensor)."""
         if not self._enabled:
             return
-        if self._scale is None:
-            raise RuntimeError("update: no scale yet; call scaler.scale(loss) first")
+        self._check_scale("update")
         be, xp = self._be, self._be.xp
         with on(be):
             if new_scale is not None:

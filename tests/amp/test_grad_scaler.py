@@ -77,3 +77,13 @@ def test_errors_and_disabled_scaler_are_torchs(torch):
     assert s2.state_dict() == s.state_dict()
     with pytest.raises(RuntimeError, match="The source state dict is empty"):
         s2.load_state_dict({})
+    idle = gpugrad.optim.SGD([gpugrad.ones(2, requires_grad=True)], lr=0.1)  # no gradients at all
+    with pytest.raises(AssertionError, match="No inf checks were recorded for this optimizer"):
+        s.step(idle)
+    t = torch.amp.GradScaler("cpu")
+    t.scale(torch.ones(()))
+    with pytest.raises(AssertionError, match="No inf checks were recorded for this optimizer"):
+        t.step(torch.optim.SGD([torch.ones(2, requires_grad=True)], lr=0.1))
+    for lib in (gpugrad, torch):  # stepping before any scale(): torch's message
+        with pytest.raises(AssertionError, match=r"Attempted step but _scale is None"):
+            lib.amp.GradScaler("cpu").step(lib.optim.SGD([lib.ones(2, requires_grad=True)], lr=0.1))
