@@ -50,7 +50,9 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # the cuBLAS stand-in's bfloat16 and TF32 (~8).
 # library 11460 -> 11580 (issue 22): GradScaler's unscale and update as kernels, their launchers and references (~40),
 # DLPack of bfloat16 on the CPU, which NumPy's own refuses (backend/dlpack.py, ~80).
-BUDGETS = {"library": 11580, "tooling": 2513, "testing": 2031}
+# library 11580 -> 11600 (issue 22): the bfloat16 kernels' instantiations and their opmath pass-through (~10),
+# GradScaler's torch refusals (~6).
+BUDGETS = {"library": 11600, "tooling": 2513, "testing": 2031}
 
 
 def code_lines(path: Path) -> int:
