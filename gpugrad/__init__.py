@@ -54,8 +54,12 @@ globals().update(_FUNCTIONS)
 __version__ = "0.1.0"
 
 from gpugrad import func  # noqa: E402  (torch.func)
-from gpugrad import (accelerator, backends, data, linalg,  # noqa: E402,I001  (the packages users reach as attributes)
-                     nn, optim, utils)
+from gpugrad import (accelerator, amp, backends, cpu, data,  # noqa: E402,I001  (the packages users reach as attributes)
+                     linalg, nn, optim, utils)
+from gpugrad.amp.autocast_mode import (autocast, clear_autocast_cache, get_autocast_dtype,  # noqa: E402
+                                       is_autocast_cache_enabled, is_autocast_enabled, set_autocast_cache_enabled,
+                                       set_autocast_dtype, set_autocast_enabled)
+from gpugrad.backends import get_float32_matmul_precision, set_float32_matmul_precision  # noqa: E402
 from gpugrad.compiling import compile  # noqa: E402,A004  (torch.compile: accepted, eager)
 from gpugrad.func import vmap  # noqa: E402  (torch.vmap)
 from gpugrad.serialization import load, save  # noqa: E402

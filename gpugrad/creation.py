@@ -12,7 +12,7 @@ import operator
 
 import numpy as np
 
-from gpugrad.backend import backend_of, get_backend, is_array, on
+from gpugrad.backend import backend_of, dlpack, get_backend, is_array, on
 from gpugrad.core.tensor import TensorBase, make, new
 from gpugrad.core.tensor_xp import depends
 from gpugrad.dtypes import DEFAULTS, default_complex, to_np
@@ -59,7 +59,13 @@ def from_dlpack(ext_tensor):
                         f"got {type(ext_tensor).__name__}")
     kind, index = ext_tensor.__dlpack_device__()
     if kind == 1:  # kDLCPU
-        return as_tensor(np.from_dlpack(ext_tensor))
+        try:
+            return as_tensor(np.from_dlpack(ext_tensor))
+        except (BufferError, TypeError, RuntimeError):  # NumPy has no bfloat16 in DLPack: read that capsule ourselves
+            array = dlpack.import_bf16(ext_tensor)
+            if array is None:
+                raise
+            return as_tensor(array)
     if kind == 2:  # kDLCUDA
         be = get_backend(f"cuda:{index}")
         with on(be):
@@ -170,7 +176,7 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_
 
 def floating(dtype, op):
     d = to_np(dtype) or DEFAULTS.float
-    if d.kind != "f":
+    if d.kind not in "fV":
         raise NotImplementedError(f"{op}: draws floating-point values, got dtype {d}; use randint for integers")
     return d
 

@@ -3,7 +3,11 @@ CUDA graphs; the CUDA devices' random generators (seeds and states, as torch.cud
 
 Seeding works without a GPU (the seed is kept for when a generator first draws, as torch queues it); reading a
 seed or a state needs a usable device."""
+from types import SimpleNamespace as _Namespace  # noqa: E402,I001
+
 from gpugrad import random as _random
+from gpugrad.amp.autocast_mode import _legacy  # noqa: E402
+from gpugrad.amp.grad_scaler import GradScaler as _GradScaler  # noqa: E402
 from gpugrad.backend import cuda as _backend_cuda
 from gpugrad.backend.cuda import device_count, get_device_name, is_available, unavailable_reason
 from gpugrad.backend.deferred import synchronize
@@ -11,9 +15,12 @@ from gpugrad.backend.device import CURRENT_CUDA as _CURRENT, Device as _Device, 
 from gpugrad.backend.graphs import CUDAGraph, graph
 from gpugrad.legacy import CUDA_TYPES as _LEGACY_TYPES
 
+# torch.cuda.amp: the deprecated spellings of torch.amp's autocast("cuda") and GradScaler("cuda")
+amp = _Namespace(autocast=_legacy("cuda", "float16"), GradScaler=_GradScaler)
+
 __all__ = ["is_available", "device_count", "unavailable_reason", "get_device_name", "synchronize", "CUDAGraph",
            "graph", "current_device", "set_device", "manual_seed", "manual_seed_all", "seed", "seed_all",
-           "initial_seed", "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all"]
+           "initial_seed", "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "amp"]
 __all__ += list(_LEGACY_TYPES)
 globals().update(_LEGACY_TYPES)  # gpugrad.cuda.FloatTensor, ...
 

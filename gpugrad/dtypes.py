@@ -3,13 +3,16 @@ default dtype, and torch's type promotion (``promote_types``, ``result_type``, `
 
 A ``dtype`` wraps a NumPy dtype and goes wherever NumPy or CuPy take one: they read its ``.dtype`` attribute, so
 ``np.zeros(2, dtype=gpugrad.float16)`` works; ``kind``, ``name``, ``type``, ... are NumPy's, and it equals the NumPy
-dtype it wraps (``gpugrad.float32 == np.float32``). bfloat16 has no NumPy dtype, so it is left out.
+dtype it wraps (``gpugrad.float32 == np.float32``). bfloat16 is ``ml_dtypes.bfloat16``, NumPy's extension dtype,
+on both devices: CuPy 14 takes it when ml_dtypes is installed (``cupy/_core/_scalar.pyx:274-289`` at v14.2.0).
+Its NumPy kind is "V", so floating dtypes are told by :func:`is_float` (kind in "fV"), never by ``kind == "f"``.
 """
 from __future__ import annotations
 
 import builtins
 import types
 
+import ml_dtypes
 import numpy as np
 
 
@@ -47,9 +50,9 @@ class dtype:  # noqa: N801 - torch's name
     def __reduce__(self):  # copies and pickles are the one object
         return _named, (self._name,)
 
-    is_floating_point = property(lambda self: self.dtype.kind == "f")
+    is_floating_point = property(lambda self: self.dtype.kind in "fV")
     is_complex = property(lambda self: self.dtype.kind == "c")
-    is_signed = property(lambda self: self.dtype.kind in "ifc")
+    is_signed = property(lambda self: self.dtype.kind in "ifcV")
     itemsize = property(lambda self: self.dtype.itemsize)
 
     def to_real(self):
@@ -61,13 +64,21 @@ class dtype:  # noqa: N801 - torch's name
 
 _NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "float32",
           "float64", "complex64", "complex128")
+BF16 = np.dtype(ml_dtypes.bfloat16)
 _BY_NP = {np.dtype(n): dtype(n, n) for n in _NAMES}
+_BY_NP[BF16] = dtype(BF16, "bfloat16")
+_NAMES = (*_NAMES, "bfloat16")
 DTYPES = {d._name: d for d in _BY_NP.values()}
 # torch's aliases: gpugrad.float is float32, gpugrad.long int64, ...
 ALIASES = {"float": "float32", "double": "float64", "half": "float16", "short": "int16", "int": "int32",
            "long": "int64", "cfloat": "complex64", "cdouble": "complex128"}
 DTYPES.update({a: DTYPES[n] for a, n in ALIASES.items()})
 _PY = {builtins.float: "float64", builtins.int: "int64", builtins.bool: "bool", builtins.complex: "complex128"}
+
+
+def is_float(np_dtype) -> bool:
+    """A real floating NumPy dtype: float16/32/64 (kind "f") or bfloat16 (ml_dtypes' kind "V")."""
+    return np_dtype.kind in "fV"
 
 
 def _named(name):
@@ -115,7 +126,7 @@ DEFAULTS = types.SimpleNamespace(float=np.dtype(np.float32))  # set_default_dtyp
 def set_default_dtype(d):
     """The dtype of Python floats in ``tensor()``, of ``zeros``/``rand``/... and of true division of integers."""
     d = as_dtype(d)
-    if d.dtype.kind != "f" or d.itemsize < 2:
+    if not is_float(d.dtype):
         raise TypeError(f"set_default_dtype: only floating-point types are supported as the default type, got {d}")
     DEFAULTS.float = d.dtype
 
@@ -129,7 +140,7 @@ def default_complex():
 
 
 # -- promotion of NumPy dtypes (an op's operands: core/promotion.py) ---------------------------------------
-_CAT = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+_CAT = {"b": 0, "u": 1, "i": 1, "f": 2, "V": 2, "c": 3}
 
 
 def promote_np(a, b):
@@ -153,10 +164,10 @@ def combine_categories(higher, lower):
     if lower is None or higher.kind == "c":
         return higher
     if lower.kind == "c":
-        return np.result_type(higher, np.complex64) if higher.kind == "f" else lower
-    if higher.kind == "f":
+        return np.result_type(higher, np.complex64) if is_float(higher) else lower
+    if is_float(higher):
         return higher
-    if higher.kind == "b" or lower.kind == "f":
+    if higher.kind == "b" or is_float(lower):
         return promote_np(higher, lower)
     return higher
 
@@ -214,12 +225,12 @@ class finfo:  # noqa: N801 - torch's name
 
     def __init__(self, type=None):
         d = to_np(type) if type is not None else DEFAULTS.float
-        if d.kind not in "fc":
+        if d.kind not in "fcV":
             raise TypeError(f"finfo: expected a floating-point dtype, got {as_dtype(d)}")
-        f = np.finfo(d)
+        f = ml_dtypes.finfo(d)  # NumPy's finfo for NumPy's types, and bfloat16's
         self.bits, self.dtype = f.bits, f.dtype.name
-        self.eps, self.max, self.min, self.resolution = (builtins.float(v) for v in (f.eps, f.max, f.min,
-                                                                                    f.resolution))
+        self.eps, self.max, self.min = (builtins.float(v) for v in (f.eps, f.max, f.min))
+        self.resolution = 10.0 ** -f.precision  # NumPy's, exactly; bfloat16's would be 0.01 rounded to bfloat16
         self.tiny = self.smallest_normal = builtins.float(f.smallest_normal)
 
     def __repr__(self):

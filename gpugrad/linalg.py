@@ -45,7 +45,7 @@ def slogdet(A):
 
 
 def _floating(op, A):
-    if A.dtype.kind not in "fc":
+    if A.dtype.kind not in "fcV":  # bfloat16 is ml_dtypes' kind "V"
         raise RuntimeError(f"linalg.{op}: Expected a floating point or complex tensor as input. Got "
                            f"{type_name(A.dtype)}")
 

@@ -38,7 +38,7 @@ from gpugrad._tensor import Tensor
 from gpugrad.backend import get_backend, parse_device
 from gpugrad.creation import as_tensor
 from gpugrad.data.idx import byte_limit, read_into
-from gpugrad.dtypes import Size
+from gpugrad.dtypes import BF16, Size
 from gpugrad.nn.parameter import Parameter
 
 FORMAT = "gpugrad.save/1"  # the metadata's "format" entry
@@ -51,7 +51,7 @@ _SEQUENCES = {"list": list, "tuple": tuple, "Size": Size, **{n: getattr(return_t
 _SEQUENCE_NAMES = {kind: name for name, kind in _SEQUENCES.items()}
 # safetensors' dtype codes gpugrad reads, little-endian as the format is
 _DTYPES = {"BOOL": "?", "U8": "u1", "I8": "i1", "U16": "<u2", "I16": "<i2", "F16": "<f2", "U32": "<u4", "I32": "<i4",
-           "F32": "<f4", "U64": "<u8", "I64": "<i8", "F64": "<f8", "C64": "<c8"}
+           "F32": "<f4", "U64": "<u8", "I64": "<i8", "F64": "<f8", "C64": "<c8", "BF16": BF16}
 _STORABLE = {np.dtype(d).newbyteorder("=") for d in _DTYPES.values()}
 _NODE_FIELDS = {"tensor": {"tensor": str, "device": str, "requires_grad": bool, "parameter": bool},
                 "ndarray": {"ndarray": str, "scalar": bool}, "dict": {"dict": list, "ordered": bool}}
@@ -77,7 +77,7 @@ def _host(a, path):
         return np.stack([a.real, a.imag], axis=-1), "complex128"
     if a.dtype.newbyteorder("=") not in _STORABLE:
         raise TypeError(f"gpugrad.save: cannot store {path}, an array of dtype {a.dtype}: a safetensors file holds "
-                        "bool, (u)int8-64, float16/32/64 and complex64/128; convert it first (e.g. .astype(float))")
+                        "bool, (u)int8-64, float16/32/64, bfloat16 and complex64/128; convert it first (e.g. .astype(float))")
     return np.require(a, requirements="C"), None  # (ascontiguousarray makes 0-d 1-d)
 
 
@@ -398,7 +398,7 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
             key = node["tensor"]
             if key not in made:
                 a = array(node, kind)
-                if node["requires_grad"] and a.dtype.kind != "f":
+                if node["requires_grad"] and a.dtype.kind not in "fV":
                     raise bad(f"a {a.dtype} tensor {key!r} marked requires_grad (only floating point tensors can "
                               "require gradients)")
                 t = as_tensor(a, device=_device_for(node["device"], map_location, bad))

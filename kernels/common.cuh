@@ -75,6 +75,29 @@ template <typename T> struct TeamCache { static constexpr int K = sizeof(T) == 4
 // Packs of more than 16 bytes (4 doubles beside a float op) are 16-byte aligned and split into 16-byte accesses;
 // smaller ones (4 bools of a mask) are aligned to their size. A pointer that is not aligned to alignof(Pack) must
 // take a scalar path: callers check pack_aligned first (a view at an odd offset is contiguous but misaligned).
+// bfloat16 storage: the bits of NumPy's ml_dtypes.bfloat16 (CuPy 14's bfloat16 arrays) and CUDA's __nv_bfloat16,
+// kept header-free (no cuda_bf16.h: NVRTC from pip ships no headers, and the emulator compiles this with g++).
+// Kernels compute it in float (PyTorch's opmath): widening is exact (a bfloat16 is a float's high 16 bits); narrowing
+// rounds to nearest, ties to even, keeping NaN a quiet NaN, as __float2bfloat16_rn and ml_dtypes do.
+struct bf16 {
+    unsigned short bits;
+};
+__device__ __forceinline__ float widen(bf16 v) { return __uint_as_float((unsigned int)v.bits << 16); }
+__device__ __forceinline__ bf16 to_bf16(float f) {
+    const unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{(unsigned short)((u >> 16) | 0x40u)};  // NaN: quiet, sign kept
+    return bf16{(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+// The type a storage type T computes in (float for bfloat16, T itself for float and double), and the conversions:
+// for float and double they are the identity, so those instantiations compile to what they were.
+template <typename T> struct Math { using type = T; };
+template <> struct Math<bf16> { using type = float; };
+template <typename T> using math_t = typename Math<T>::type;
+template <typename T> __device__ __forceinline__ T load_math(T v) { return v; }
+__device__ __forceinline__ float load_math(bf16 v) { return widen(v); }
+template <typename T> __device__ __forceinline__ T store_math(math_t<T> v) { return v; }
+template <> __device__ __forceinline__ bf16 store_math<bf16>(float v) { return to_bf16(v); }
+
 template <typename E, int N> struct alignas(sizeof(E) * N < 16 ? sizeof(E) * N : 16) Pack { E v[N]; };
 template <typename T> struct Vec { static constexpr int N = 16 / sizeof(T); };  // elements of one 16-byte vector
 

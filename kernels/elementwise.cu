@@ -186,17 +186,20 @@ struct PointwiseOp {
     static constexpr int kVecs = kVecs0 < 1 ? 1 : kVecs0 > 4 ? 4 : kVecs0;
 };
 
-// y = ACT::fwd(x); p0, p1 the op's parameters.
+// y = ACT::fwd(x); p0, p1 the op's parameters. T float, double or gg::bf16 (stored bfloat16, computed in float:
+// M = gg::math_t<T>), here and in ActBwd and BiasActFwd.
 template <typename T, class ACT> struct ActFwd : PointwiseOp<T, T, T, T, 1, 1> {
+    using M = gg::math_t<T>;
     static __device__ __forceinline__ void apply(const T& x, const T&, T& y, T&, double p0, double p1) {
-        y = ACT::template fwd<T>(x, T(p0), T(p1));
+        y = gg::store_math<T>(ACT::template fwd<M>(gg::load_math(x), M(p0), M(p1)));
     }
 };
 
 // g * f' = ACT::bwd(saved, g): the VJP (g = gy) and the JVP (g = a tangent).
 template <typename T, class ACT> struct ActBwd : PointwiseOp<T, T, T, T, 2, 1> {
+    using M = gg::math_t<T>;
     static __device__ __forceinline__ void apply(const T& saved, const T& g, T& gx, T&, double p0, double p1) {
-        gx = ACT::template bwd<T>(saved, g, T(p0), T(p1));
+        gx = gg::store_math<T>(ACT::template bwd<M>(gg::load_math(saved), gg::load_math(g), M(p0), M(p1)));
     }
 };
 
@@ -204,9 +207,11 @@ template <typename T, class ACT> struct ActBwd : PointwiseOp<T, T, T, T, 2, 1> {
 // (SAVES_X), for everything else the backward reads y.
 template <typename T, class ACT, bool SAVES_X>
 struct BiasActFwd : PointwiseOp<T, T, T, T, 2, SAVES_X ? 2 : 1, true> {
+    using M = gg::math_t<T>;
     static __device__ __forceinline__ void apply(const T& x, const T& b, T& y, T& z, double p0, double p1) {
-        z = x + b;
-        y = ACT::template fwd<T>(z, T(p0), T(p1));
+        const M zm = gg::load_math(x) + gg::load_math(b);  // bfloat16: z and y both from the float sum
+        z = gg::store_math<T>(zm);
+        y = gg::store_math<T>(ACT::template fwd<M>(zm, M(p0), M(p1)));
     }
 };
 
@@ -238,9 +243,10 @@ enum { GG_EW_BLOCK = 256, GG_EW_MIN_BLOCKS = 4 };
 // n elements (b: cols < 2^31 when Op::kBias). Vector path when every used pointer is aligned to its Pack (and, for
 // a bias, cols is a multiple of the vector width, so a vector never straddles two rows): thread t of block k
 // handles the vectors k * U * B + u * B + t (u < U = Op::kVecs; coalesced per u) of each grid-stride step, then the
-// n % N tail elements one each; otherwise every element on the scalar path (grid-stride). T float/double (the Op
-// types above). Launch: block GG_EW_BLOCK exactly (its offsets are compile-time constants), grid from elementwise.py
-// _pointwise_grid. Ops: the activations, bias_act_fwd, dropout, accumulate_, copy_.
+// n % N tail elements one each; otherwise every element on the scalar path (grid-stride). T float/double, and
+// gg::bf16 for the activations and bias + activation (the Op types above). Launch: block GG_EW_BLOCK exactly (its
+// offsets are compile-time constants), grid from elementwise.py _pointwise_grid. Ops: the activations, bias_act_fwd,
+// dropout, accumulate_, copy_.
 template <class Op>
 __global__ void __launch_bounds__(GG_EW_BLOCK, GG_EW_MIN_BLOCKS)
 pointwise(const typename Op::A* __restrict__ a, const typename Op::B* __restrict__ b, typename Op::Y* __restrict__ y,

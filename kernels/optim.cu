@@ -89,7 +89,8 @@ sgd_update_(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf, lon
     T* __restrict__ p##k, const T* __restrict__ g##k, T* __restrict__ b##k, long long n##k, long long first##k
 template <typename T>
 __global__ void __launch_bounds__(256)
-sgd_multi_update_(const double* __restrict__ hyper, GG_MT_LIST(GG_SGD_SLOT)) {
+sgd_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, GG_MT_LIST(GG_SGD_SLOT)) {
+    if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
     const SgdScalars<T> s = sgd_scalars<T>(hyper[0], hyper[1], hyper[2], hyper[3], hyper[4] != 0.0, hyper[5] != 0.0);
     long long offset = 0;
 #define GG_SGD_RUN(k)                                                                                  \
@@ -167,8 +168,9 @@ adam_update_(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* _
         T* __restrict__ vmax##k, long long* __restrict__ step##k, long long n##k
 template <typename T>
 __global__ void __launch_bounds__(256)
-adam_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict__ ticket, long long decoupled,
-                   GG_MT_LIST(GG_ADAM_SLOT)) {
+adam_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, unsigned int* __restrict__ ticket,
+                   long long decoupled, GG_MT_LIST(GG_ADAM_SLOT)) {
+    if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
     const double lr = hyper[0], beta1 = hyper[1], beta2 = hyper[2];
     const double weight_decay = hyper[4];
     // decay = 1 - lr * wd in double, as the host computes it for adam_update_; step_size and bc2_sqrt per tensor below
@@ -203,7 +205,8 @@ adam_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict__ 
         T* __restrict__ b##k, long long n##k
 template <typename T>
 __global__ void __launch_bounds__(256)
-rmsprop_multi_update_(const double* __restrict__ hyper, GG_MT_LIST(GG_RMSPROP_SLOT)) {
+rmsprop_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, GG_MT_LIST(GG_RMSPROP_SLOT)) {
+    if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
     const T neg_lr = T(-hyper[0]), alpha = T(hyper[1]), w = T(1.0 - hyper[1]), eps = T(hyper[2]), wd = T(hyper[3]);
     const T mom = T(hyper[4]);
     const bool decay = hyper[3] != 0.0, maximize = hyper[5] != 0.0;
@@ -246,8 +249,9 @@ rmsprop_multi_update_(const double* __restrict__ hyper, GG_MT_LIST(GG_RMSPROP_SL
         long long n##k
 template <typename T>
 __global__ void __launch_bounds__(256)
-adagrad_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict__ ticket,
-                      GG_MT_LIST(GG_ADAGRAD_SLOT)) {
+adagrad_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip,
+                      unsigned int* __restrict__ ticket, GG_MT_LIST(GG_ADAGRAD_SLOT)) {
+    if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
     const double lr = hyper[0], lr_decay = hyper[1];
     const T wd = T(hyper[2]), eps = T(hyper[3]);
     const bool decay = hyper[2] != 0.0, maximize = hyper[4] != 0.0;
@@ -272,3 +276,52 @@ adagrad_multi_update_(const double* __restrict__ hyper, unsigned int* __restrict
     if (last_block(ticket)) { GG_MT_EACH(GG_COUNT) }
 }
 #undef GG_ADAGRAD_SLOT
+
+// ---- GradScaler, torch's _amp_foreach_non_finite_check_and_unscale_ -------------------------------------------------
+// g = g * (1 / scale) in place (the reciprocal in double, rounded to float, as torch's inv_scale), and found_inf[0] = 1
+// when any element of any slot was inf or NaN before the multiply. scale and found_inf: float32 on the device (the
+// scaler's), so nothing is read back. Slot k: gradient g, n elements; unused slots have n = 0. Threads that saw no bad
+// value write nothing (found_inf is zeroed by the caller); those that did all write 1, a benign race.
+// Op: amp.GradScaler.unscale_.
+#define GG_UNSCALE_SLOT(k) T* __restrict__ g##k, long long n##k
+template <typename T>
+__global__ void __launch_bounds__(256)
+amp_unscale_multi_(const float* __restrict__ scale, float* __restrict__ found_inf, GG_MT_LIST(GG_UNSCALE_SLOT)) {
+    const T inv = T((float)(1.0 / (double)*scale));
+    bool bad = false;
+    long long offset = 0;
+#define GG_UNSCALE_RUN(k)                                                                              \
+    for (long long i = slot_start(offset); i < n##k; i += (long long)blockDim.x * gridDim.x) {         \
+        const T v = g##k[i];                                                                           \
+        bad |= v != v || fabs(v) == gg::inf<T>();                                                      \
+        g##k[i] = v * inv;                                                                             \
+    }                                                                                                  \
+    offset += n##k;
+    GG_MT_EACH(GG_UNSCALE_RUN)
+#undef GG_UNSCALE_RUN
+    if (bad) *found_inf = 1.0f;
+}
+#undef GG_UNSCALE_SLOT
+
+// torch's _amp_update_scale_, one thread: after a step whose gradients held an inf or NaN (found_inf != 0) the scale
+// backs off (scale * backoff) and the tracker resets; otherwise the tracker counts clean steps and at `interval` the
+// scale grows (scale * growth, kept only if finite) and the tracker resets. scale: T (float32 for the scaler), tracker:
+// int32, found_inf: float32, all on the device. Launch: grid 1, block 1. Op: amp.GradScaler.update.
+template <typename T>
+__global__ void amp_update_scale_(T* __restrict__ scale, int* __restrict__ tracker, const float* __restrict__ found_inf,
+                                  double growth, double backoff, long long interval) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    if (*found_inf != 0.0f) {
+        *scale = T(*scale * backoff);
+        *tracker = 0;
+        return;
+    }
+    const long long successful = (long long)*tracker + 1;
+    if (successful == interval) {
+        const T grown = T(*scale * growth);
+        if (grown == grown && fabs(grown) != gg::inf<T>()) *scale = grown;
+        *tracker = 0;
+    } else {
+        *tracker = (int)successful;
+    }
+}

@@ -468,6 +468,25 @@ def _multi_adagrad(variant, lr_decay, wd, maximize=False):
                        variant=variant, after=after)
 
 
+def _amp_unscale(variant, first):
+    """GradScaler's unscale: each gradient times 2^-10 (exact), found_inf 1 iff one held an inf."""
+    g0 = [first, -1.5, 2.0]
+    return KernelExact("amp_unscale_multi_", (np.array(2.0 ** 10, np.float32), np.zeros(1, np.float32), Fl(g0),
+                                              Fl([1024.0])), None, variant=variant,
+                       after={1: [float(np.isinf(first))], 2: [v * 2.0 ** -10 for v in g0], 3: [1.0]})
+
+
+def _amp_update(variant, found, tracker, want_scale, want_tracker, growth=2.0):
+    """GradScaler's update from a scale of 1024 with an interval of 3 (torch's _amp_update_scale_)."""
+    return KernelExact("amp_update_scale_", (np.array(1024.0, np.float32), np.array(tracker, np.int32),
+                                             np.array(found, np.float32), growth, 0.5, 3), None, variant=variant,
+                       after={0: want_scale, 1: want_tracker}, dtypes=("float32",))
+
+
+AMP_ROWS = [_amp_unscale("finite", 0.5), _amp_unscale("inf", np.inf), _amp_unscale("minus-inf", -np.inf),
+            _amp_update("backoff", 1.0, 2, 512.0, 0), _amp_update("count", 0.0, 1, 1024.0, 2),
+            _amp_update("grow", 0.0, 2, 2048.0, 0), _amp_update("overflow-kept", 0.0, 2, 1024.0, 0, growth=1e300)]
+
 MULTI_OPTIM_ROWS = [
     _multi_sgd("plain", 0.0, 0.0, 0.0, False),
     _multi_sgd("momentum", 0.9, 0.1, 0.01, False),
@@ -484,4 +503,4 @@ MULTI_OPTIM_ROWS = [
 ]
 
 ROWS = (_pointwise_rows() + SAVED_Y_ROWS + KINK_ROWS + _bias_act_rows() + DROPOUT_ROWS + IN_PLACE_ROWS + SOFTMAX_ROWS
-        + LOSS_ROWS + NORM_ROWS + OPTIM_ROWS + MULTI_OPTIM_ROWS)
+        + LOSS_ROWS + NORM_ROWS + OPTIM_ROWS + MULTI_OPTIM_ROWS + AMP_ROWS)

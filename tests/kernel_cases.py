@@ -458,13 +458,57 @@ def _multi_optim_cases():
     rmsprops = {"plain": (0.0, 0.0, False), "centered": (0.01, 0.0, True), "momentum": (0.0, 0.9, False),
                 "centered-momentum-maximize": (0.01, 0.9, True, True)}
     adagrads = {"plain": (0.0, 0.0), "decay": (0.1, 0.01), "maximize": (0.0, 0.01, True)}
-    return ([sgd_case(v, a, MULTI) for v, a in sgds.items()] + [adam_case(v, a, MULTI) for v, a in adams.items()]
+    def skipped(case, found):  # GradScaler's found_inf: 1 skips the whole step (nothing changes), 0 steps as usual
+        make = case.make
+
+        def make_skipped(r, d, sizes):
+            args, kw = make(r, d, sizes)
+            return args, {**kw, "skip": np.array([found], np.float32)}
+
+        return dataclasses.replace(case, make=make_skipped, variant=f"{case.variant}-skip{found:g}")
+
+    skips = [skipped(c, f) for c in (sgd_case("momentum", sgds["momentum"], MULTI),
+                                     adam_case("adamw", adams["adamw"], MULTI),
+                                     rmsprop_case("centered", rmsprops["centered"], MULTI),
+                                     adagrad_case("decay", adagrads["decay"], MULTI)) for f in (0.0, 1.0)]
+    return (skips + [sgd_case(v, a, MULTI) for v, a in sgds.items()] + [adam_case(v, a, MULTI) for v, a in adams.items()]
             + [rmsprop_case(v, a, MULTI) for v, a in rmsprops.items()]
             + [adagrad_case(v, a, MULTI) for v, a in adagrads.items()]
             + [sgd_case("momentum-many", sgds["momentum"], MANY), adam_case("adamw-many", adams["adamw"], MANY),
                adam_case("amsgrad-many", adams["amsgrad"], MANY),
                rmsprop_case("centered-momentum-many", rmsprops["centered-momentum-maximize"], MANY),
                adagrad_case("decay-many", adagrads["decay"], MANY)])
+
+
+def _amp_unscale_cases():
+    def make(bad):
+        def build(r, d, sizes):
+            gs = [_n(r, d, (k,), 1e3) for k in sizes]
+            for g in gs[:1 if bad else 0]:
+                if g.size:
+                    g[g.size // 2] = bad  # one inf or NaN in the first gradient
+            return (np.array(2.0 ** 10, np.float32), np.zeros(1, np.float32), *gs), {}  # the scale, found_inf
+        return build
+
+    return [KernelCase("amp_unscale_multi_", make(bad), shapes, variant=v,
+                       inplace=(1, *range(2, 2 + len(shapes[0]))))
+            for v, bad, shapes in (("finite", 0, MULTI), ("inf", np.inf, MULTI), ("nan", np.nan, MULTI),
+                                   ("many", 0, MANY))] + [
+        KernelCase("amp_update_scale_", _scale_update(found, tracker, growth, backoff), ((),), variant=v,
+                   inplace=(0, 1), strided=False)
+        for v, found, tracker, growth, backoff in (
+            ("backoff", 1.0, 5, 2.0, 0.5), ("count", 0.0, 0, 2.0, 0.5), ("grow", 0.0, 2, 2.0, 0.5),
+            ("odd-factors", 0.0, 2, 1.7, 0.3), ("odd-backoff", 1.0, 2, 1.7, 0.3), ("overflow", 0.0, 2, 1e38, 0.5))]
+
+
+def _scale_update(found, tracker, growth, backoff):
+    """GradScaler.update's arguments: a scale (65536; 3e38 for the overflow row), the tracker, found_inf, growth
+    factor, backoff factor and an interval of 3."""
+    def build(r, d, shape):
+        scale = 3e38 if growth > 1e30 else 65536.0 * (1 + r.random())
+        return (np.array(scale, np.float32), np.array(tracker, np.int32), np.array(found, np.float32), growth,
+                backoff, 3), {}
+    return build
 
 
 CASES = [
@@ -479,6 +523,7 @@ CASES = [
     *_layer_norm_cases(),
     *_optim_cases(),
     *_multi_optim_cases(),
+    *_amp_unscale_cases(),
 ]
 
 

@@ -71,7 +71,7 @@ def make_dual(tensor, tangent, *, level=None):
     if not isinstance(tensor, TensorBase) or not isinstance(tangent, TensorBase):
         raise TypeError(f"make_dual: expected two Tensors, got {type(tensor).__name__} and "
                         f"{type(tangent).__name__}")
-    if tensor.dtype.kind != "f":
+    if tensor.dtype.kind not in "fV":
         raise TypeError(f"make_dual: the primal must be floating point to carry a tangent, got {tensor.dtype}")
     if tangent.shape != tensor.shape or tangent.dtype != tensor.dtype or tangent.device != tensor.device:
         raise ValueError(f"make_dual: the tangent must match the primal: primal {tuple(tensor.shape)} {tensor.dtype} "

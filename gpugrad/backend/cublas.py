@@ -15,7 +15,7 @@ copied to contiguous memory first; batch dims broadcast with a zero batch stride
 
 The dtype decides the data and compute types (one table, :data:`GEMM_TYPES`): float32 computes in
 CUBLAS_COMPUTE_32F as CuPy does by default (cupy/_core/_routines_linalg.pyx, ``tensordot_core_v11``: no TF32
-unless CUPY_TF32 is set), float16 in float32, float64 in float64. ``allow_tf32`` switches float32 to
+unless CUPY_TF32 is set), float16 and bfloat16 in float32, float64 in float64. ``allow_tf32`` switches float32 to
 CUBLAS_COMPUTE_32F_FAST_TF32. Other dtypes (integers, complex) go to ``cupy.matmul``: integers run CuPy's own
 kernel, which captures; complex uses cuBLAS through CuPy and is refused while capturing.
 """
@@ -25,6 +25,7 @@ import ctypes
 import ctypes.util
 import math
 
+import ml_dtypes
 import numpy as np
 
 from gpugrad.backend import cuda, graphs
@@ -52,9 +53,10 @@ SIGNATURES = {
 }
 
 # dtype -> (cudaDataType of A, B and C; cublasComputeType_t; the C type of alpha and beta, the compute type's).
-# NOTE: bfloat16 inputs (a later autocast) are one more row: (CUDA_R_16BF, CUBLAS_COMPUTE_32F, ctypes.c_float).
+# float16 and bfloat16 inputs accumulate in float32 (cuBLAS docs, cublasGemmEx's table of types), as torch's GEMMs.
 GEMM_TYPES = {
     np.dtype(np.float16): (CUDA_R_16F, CUBLAS_COMPUTE_32F, ctypes.c_float),
+    np.dtype(ml_dtypes.bfloat16): (CUDA_R_16BF, CUBLAS_COMPUTE_32F, ctypes.c_float),
     np.dtype(np.float32): (CUDA_R_32F, CUBLAS_COMPUTE_32F, ctypes.c_float),
     np.dtype(np.float64): (CUDA_R_64F, CUBLAS_COMPUTE_64F, ctypes.c_double),
 }

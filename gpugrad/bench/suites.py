@@ -30,6 +30,7 @@ class Config:
     min_sample_s: float
     mlp_repeats: int
     chain: int = 0
+    amp: str | None = None  # "bf16" / "fp16": the MLP section also times gpugrad's step under autocast
 
     @property
     def copy_bytes(self):
@@ -38,7 +39,7 @@ class Config:
     @property
     def steps(self):
         """Progress ticks a run of this config makes."""
-        return len(KERNELS) + 3 * len(self.batches) + len(MLP_IMPLS) * len(self.batches) + 2
+        return len(KERNELS) + 3 * len(self.batches) + (len(MLP_IMPLS) + bool(self.amp)) * len(self.batches) + 2
 
 
 def config_for(device_name, quick=False, shape=None):
@@ -77,7 +78,7 @@ def run_device(device_name, config, tick=None, sections=SECTIONS, on_update=None
         # (matmul operands are shaped per case, so their Inputs' own shape is unused)
         "matmul": lambda: {"matmul": run_matmuls(Inputs(be, 1, 1, seed=2), timer, config.matmul_peak_n,
                                                  config.batches, tick=tick)},
-        "mlp": lambda: {"mlp": run_mlp(be, timer, config.batches, config.mlp_repeats, tick=tick)},
+        "mlp": lambda: {"mlp": run_mlp(be, timer, config.batches, config.mlp_repeats, tick=tick, amp=config.amp)},
         "engine": lambda: {"engine": run_engine(be, timer, config.tiny_ops, tick=tick, chain=config.chain)},
     }
     result = {"device": device_name, "simulated": be.simulated,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import sys
 
@@ -23,9 +24,11 @@ from tqdm import tqdm
 
 from gpugrad import cuda
 from gpugrad.backend import get_backend
+from gpugrad.backends import set_float32_matmul_precision
 from gpugrad.bench import distributed, memory, modes, report, suites
 from gpugrad.bench.suites import SECTIONS
 from gpugrad.bench.workloads.torch_peer import torch_for
+from gpugrad.cli import amp as amp_cli
 from gpugrad.cli.checkpoint import output_path
 from gpugrad.cli.plot import PlotUnavailable, check_plot_path
 
@@ -75,6 +78,7 @@ def add_arguments(parser):
     parser.add_argument("--torch-threads", type=_positive_int, metavar="N",
                         help="PyTorch intra-op threads for the torch peer (default: PyTorch's own default)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    amp_cli.add_arguments(parser)  # --amp: the MLP step under autocast too; --tf32
     parser.add_argument("--modes", action="store_true", help="instead: time a full Jacobian of R^n -> R^m by forward "
                         "and by reverse mode over a grid of n and m (gpugrad.bench.modes); --plot draws their ratio")
     parser.add_argument("--distributed", action="store_true", help="instead: all-reduce bandwidth (algbw, busbw) of "
@@ -139,9 +143,11 @@ def run(args) -> int:
         th, _ = torch_for(get_backend("cpu"))
         if th is not None:
             th.set_num_threads(args.torch_threads)
+    if args.tf32:
+        set_float32_matmul_precision("high")
     env = report.environment()
-    results = {"environment": env, "quick": bool(args.quick), "sections": list(args.sections), "complete": False,
-               "devices": {}, "skipped": skipped}
+    results = {"environment": env, "quick": bool(args.quick), "amp": args.amp, "tf32": bool(args.tf32),
+               "sections": list(args.sections), "complete": False, "devices": {}, "skipped": skipped}
 
     def save(device=None, result=None):
         """Rewrite --json (with ``device``'s figures so far: run_device calls it before and after each section)."""
@@ -154,7 +160,7 @@ def run(args) -> int:
     save()  # the environment at once: a run cut short in its first section still says where it ran
     try:
         for device in devices:
-            config = suites.config_for(device, quick=args.quick, shape=args.sizes)
+            config = dataclasses.replace(suites.config_for(device, quick=args.quick, shape=args.sizes), amp=args.amp)
             tick, close = _progress(config.steps, not args.no_progress)
             try:
                 suites.run_device(device, config, tick, args.sections, on_update=functools.partial(save, device))

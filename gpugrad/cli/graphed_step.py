@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpugrad import cuda
+from gpugrad.cli.amp import MixedPrecision
 from gpugrad.nn import functional as F
 
 
@@ -13,13 +14,15 @@ class GraphedStep:
 
     WARMUP = 2
 
-    def __init__(self, model, optimizer):
+    def __init__(self, model, optimizer, mp=None):
         self.model, self.optimizer, self.graph, self.steps = model, optimizer, None, 0
+        self.mp = mp or MixedPrecision()  # --amp: autocast, the scaled backward and the scaler's step, all captured
 
     def _eager(self, xb, yb):
         self.optimizer.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(self.model(xb), yb)
-        loss.backward()
+        with self.mp.autocast():
+            loss = F.cross_entropy(self.model(xb), yb)
+        self.mp.backward(loss)
         return loss
 
     def forward_backward(self, xb, yb):
@@ -30,7 +33,7 @@ class GraphedStep:
             self.graph = cuda.CUDAGraph()
             with cuda.graph(self.graph):
                 self.static_loss = self._eager(*self.static)
-                self.optimizer.step()
+                self.mp.step(self.optimizer)
         if self.graph is not None and xb.shape == self.static[0].shape:
             self.static[0].copy_(xb)
             self.static[1].copy_(yb)
@@ -43,4 +46,4 @@ class GraphedStep:
         if self.replay_pending:
             self.graph.replay()  # forward, backward and the optimizer step in one launch
         else:
-            self.optimizer.step()
+            self.mp.step(self.optimizer)

@@ -43,6 +43,7 @@ import gpugrad
 from gpugrad import nn, optim
 from gpugrad.backend import CPU, get_backend
 from gpugrad.cli import checkpoint
+from gpugrad.cli.amp import MixedPrecision
 from gpugrad.cli.checkpoint_lock import CheckpointLock
 from gpugrad.cli.data_parallel import DataParallel
 from gpugrad.cli.graphed_step import GraphedStep
@@ -213,7 +214,9 @@ class TrainingRun:
 
     # -- training ------------------------------------------------------------------------------------------------
     def train(self) -> int:
-        graphed = GraphedStep(self.model, self.optimizer) if self.args.cuda_graph else None
+        self.mp = MixedPrecision.from_args(self.args, self.device)
+        self._say(f"precision: {self.mp.describe()}" + (", TF32 matmuls" if getattr(self.args, "tf32", False) else ""))
+        graphed = GraphedStep(self.model, self.optimizer, self.mp) if self.args.cuda_graph else None
         # NOTE: NumPy's overflow warnings would only come before the divergence check's own one-line message
         agree = self.par.any if self.par else None  # --distributed: all ranks stop at the same batch
         with StopFlag(agree) as stop, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -236,7 +239,7 @@ class TrainingRun:
         with _progress_bar(len(self.train_loader), self.progress.batch, f"epoch {epoch + 1}/{epochs}",
                            self.quiet or not sys.stderr.isatty()) as bar:
             train_loss = train_epoch(self.net, self.optimizer, self.train_loader, self.progress, bar, stop, graphed,
-                                     self.par)
+                                     self.par, self.mp)
         t_eval = time.perf_counter()
         test_loss, test_acc = evaluate(self.model, self.test_loader)
         # NOTE: the epoch's one read of the loss sum (train_epoch) is the check: no extra sync per batch
@@ -444,10 +447,12 @@ def evaluate(model, loader):
     return loss.item() / n, correct.item() / n
 
 
-def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None, par=None):
+def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None, par=None, mp=None):
     """Run the rest of the loader's current epoch, recording each finished step in ``progress``; returns the
     epoch's mean training loss. ``graphed`` (a GraphedStep) replays the step as a CUDA graph; ``par`` (a
-    cli.data_parallel.DataParallel) trains this rank's share of each batch."""
+    cli.data_parallel.DataParallel) trains this rank's share of each batch; ``mp`` (a cli.amp.MixedPrecision) gives
+    the step's autocast, backward and optimizer step (float32 when None)."""
+    mp = mp or MixedPrecision()
     model.train()
     base_time, t0 = progress.train_time, time.perf_counter()
     for xb, yb in loader:
@@ -455,16 +460,17 @@ def train_epoch(model, optimizer, loader, progress, bar, stop, graphed=None, par
         if graphed is not None:
             loss = graphed.forward_backward(xb, yb)
         else:
-            loss, summed = par.loss(model, xb, yb) if par else (F.cross_entropy(model(xb), yb), None)
+            with mp.autocast():
+                loss, summed = par.loss(model, xb, yb) if par else (F.cross_entropy(model(xb), yb), None)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            mp.backward(loss)
         # NOTE: from the first parameter update to the last field of the progress record, a checkpoint would mix
         # two steps; a second Ctrl-C is held until the whole step is committed
         with stop.critical():
             if graphed is not None:
                 graphed.update()
             else:
-                optimizer.step()
+                mp.step(optimizer)
             with gpugrad.no_grad():
                 weighted = loss.detach() * len(yb) if summed is None else summed
                 progress.loss_sum = weighted if progress.loss_sum is None else progress.loss_sum + weighted

@@ -7,7 +7,8 @@ import argparse
 import math
 from pathlib import Path
 
-from gpugrad.cli import EXIT_INTERRUPTED  # 128 + SIGINT, what shells report for Ctrl-C
+from gpugrad.cli import (EXIT_INTERRUPTED,  # EXIT_INTERRUPTED: 128 + SIGINT, what shells report for Ctrl-C
+                         amp as amp_cli)
 
 # Defaults, tuned on the digits split: inputs standardized, 64-512-256-10 ReLU, AdamW(lr 1e-3, wd 0.1), batch 64,
 # 30 epochs -> 97.78% test accuracy with seed 0 (>= 97% for 5 of seeds 0-5) in ~2 s of CPU training.
@@ -100,6 +101,7 @@ def add_arguments(p):
         "error naming the lost rank when a rank waits this long for the others (default: 300 s)")
     add("--cuda-graph", action="store_true", help="capture the training step once as a CUDA graph and replay it "
         "for every full batch (CUDA only; same results as without)")
+    amp_cli.add_arguments(p)  # --amp, --tf32
     p.epilog = (f"exit codes: 0 done, {EXIT_ERROR} error, 2 bad command line, {EXIT_DIVERGED} training diverged "
                 f"(the loss became NaN or infinite; the last good checkpoint is kept), {EXIT_INTERRUPTED} interrupted "
                 f"(Ctrl-C), {EXIT_TERMINATED} terminated (SIGTERM); both save a checkpoint at the batch boundary first")

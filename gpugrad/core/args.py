@@ -65,7 +65,7 @@ def index_array(idx, like, op):
                                "move it with .to(device)")
         return idx._data
     array = like._backend.asarray(idx)
-    return array.astype(np.int64) if array.size == 0 and array.dtype.kind == "f" else array  # x[[]]
+    return array.astype(np.int64) if array.size == 0 and array.dtype.kind in "fV" else array  # x[[]]
 
 
 def _list_as_tuple(key):

@@ -22,7 +22,7 @@ def propagate(fn, args, datas, result, params):
     if STATE.batch is not None:
         tangents = [_batched_view_tangent(a) if t is not None and a._base is not None else t
                     for a, t in zip(args, tangents)]
-    if all(t is None for t in tangents) or result._data.dtype.kind != "f":
+    if all(t is None for t in tangents) or result._data.dtype.kind not in "fV":
         return
     differentiable = _GRAD.enabled and any(
         (isinstance(a, TensorBase) and a._requires_grad) or (t is not None and t._requires_grad)
@@ -167,7 +167,7 @@ def _linear_jvp(cls, args, tangents, params, differentiable):
         if t is not None:
             ins.append(t)
         elif isinstance(a, TensorBase):
-            ins.append(a.detach() * 0 if a._data.dtype.kind == "f" else a)
+            ins.append(a.detach() * 0 if a._data.dtype.kind in "fV" else a)
         else:
             ins.append(0 if isinstance(a, (int, float)) and not isinstance(a, bool) else a)
     if differentiable:

@@ -6,7 +6,7 @@ import numpy as np
 
 TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long", "int32": "Int",
               "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool", "complex64": "ComplexFloat",
-              "complex128": "ComplexDouble"}
+              "complex128": "ComplexDouble", "bfloat16": "BFloat16"}
 
 
 def type_name(dtype) -> str:

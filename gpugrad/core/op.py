@@ -13,7 +13,7 @@ the inputs (or by one flag) and branches off once, to :meth:`Op._apply_general`.
 from __future__ import annotations
 
 from gpugrad.backend import backend_of, graphs
-from gpugrad.core import anomaly, batching, forward, forward_state, tensor_xp, trace
+from gpugrad.core import anomaly, autocast, batching, forward, forward_state, tensor_xp, trace
 from gpugrad.core.grad_mode import STATE
 from gpugrad.core.node import AccumulateGrad, Node, freed_error, modified_error
 from gpugrad.core.promotion import promoted
@@ -23,6 +23,7 @@ from gpugrad.core.views import fresh, root_array, shadow, subscribe
 _NO_GRAD = [(False,) * n for n in range(8)]
 _FORWARD = forward_state.STATE
 _ANOMALY = anomaly.STATE
+_AUTOCAST = autocast.STATE
 _BATCHING = batching.STATE
 _new = object.__new__
 _PY_NUMBERS = frozenset((int, float, bool, complex))
@@ -115,7 +116,7 @@ class Op(Node):
         # rare is going on (a view to re-derive, a dtype to promote, two devices); then the forward and the node.
         be = None
         record = False
-        rare = _FORWARD.level is not None or _ANOMALY.enabled or trace.ACTIVE
+        rare = _FORWARD.level is not None or _ANOMALY.enabled or trace.ACTIVE or _AUTOCAST.enabled
         first = None
         datas = []
         push = datas.append
@@ -136,7 +137,7 @@ class Op(Node):
                 push(a)
                 if type(a) is complex:
                     rare = True
-        if rare or cls.promotes and first.kind != "f":
+        if rare or cls.promotes and first.kind not in "fV":
             return cls._apply_general(args, params)
         fn = _new(cls)
         if params:
@@ -161,7 +162,7 @@ class Op(Node):
         if not isinstance(out, be.array_type) or fn.changes_device:
             return fn._finish(args, datas, out, record, params)
         result = make(out, be)
-        if record and out.dtype.kind == "f":
+        if record and out.dtype.kind in "fV":
             fn._connect(args, result)
         return result
 
@@ -205,7 +206,10 @@ class Op(Node):
 
     @classmethod
     def _apply_general(cls, args, params):
-        """Every case: promotion, view refresh, device checks, inference tensors, forward mode, anomaly, record()."""
+        """Every case: autocast, promotion, view refresh, device checks, inference tensors, forward mode, anomaly,
+        record()."""
+        if _AUTOCAST.enabled:  # the inputs in the dtype autocast's op lists give this op on their device
+            args = autocast.cast_inputs(cls.op_name, args)
         if cls.promotes:  # torch's type promotion: the inputs cast to the dtype the op computes in
             args = promoted(cls, args)
         fn = _new(cls)
@@ -232,7 +236,7 @@ class Op(Node):
             ng = []
             for a in args:
                 if isinstance(a, TensorBase):
-                    if a._data.dtype.kind != "f":
+                    if a._data.dtype.kind not in "fV":
                         raise TypeError(
                             f"{describe(cls.__name__.lower(), args)}: differentiable ops need floating-point "
                             f"inputs, but one input is {a.dtype}; convert it with .float() or .to(dtype) first")
@@ -270,7 +274,7 @@ class Op(Node):
                 self.saved = tuple(array if s is out else s for s in self.saved)
             out = array
         result = make(out, rbe)
-        if record and out.dtype.kind == "f":
+        if record and out.dtype.kind in "fV":
             self._connect(args, result)
             if _ANOMALY.enabled:
                 anomaly.record(self)

@@ -57,7 +57,7 @@ def promoted(op, args):
                 same = False
         elif isinstance(a, complex):
             same = False
-    if same and first is not None and first.kind == "f":
+    if same and first is not None and first.kind in "fV":
         return args
     mode = op.promotes
     if mode == "same":

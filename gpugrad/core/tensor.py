@@ -17,7 +17,7 @@ import numbers
 
 import numpy as np
 
-from gpugrad.backend import backend_of, get_backend, is_array
+from gpugrad.backend import backend_of, dlpack, get_backend, is_array
 from gpugrad.backend.deferred import raise_pending
 from gpugrad.core.grad_mode import STATE
 from gpugrad.dtypes import DEFAULTS, Size, default_complex, of_array, to_np
@@ -89,7 +89,7 @@ class TensorBase:
         return -1 if self._backend.name == "cpu" else self._backend.device.index
 
     def is_floating_point(self):
-        return self._data.dtype.kind == "f"
+        return self._data.dtype.kind in "fV"
 
     def is_complex(self):
         return self._data.dtype.kind == "c"
@@ -150,6 +150,8 @@ class TensorBase:
         if self._requires_grad_now():
             raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
         raise_pending(self._backend, None)  # not a host read: allowed inside a capture
+        if self._data.dtype == dlpack.BF16 and isinstance(self._data, np.ndarray):  # NumPy's DLPack has no bfloat16
+            return dlpack.export_bf16(self._data)
         return self._data.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
@@ -326,7 +328,7 @@ def to_array(data, dtype=None, device=None):
         raise ValueError(f"tensor(): Overflow when unpacking long: {data!r} holds an integer out of int64's range")
     if dtype is None and not _numpy_typed(data) and host.dtype in _PY_DEFAULTS:
         host = host.astype(_PY_DEFAULTS[host.dtype]())  # Python floats (complex) take the default dtype, as in torch
-    if host.dtype.kind not in "biufc":
+    if host.dtype.kind not in "biufcV":
         raise TypeError(f"tensor(): cannot make a tensor from {type(data).__name__} data (of NumPy type "
                         f"{host.dtype}): expected numbers, nested lists of numbers or arrays")
     return (host if be.name == "cpu" else be.asarray(host)), be

@@ -91,7 +91,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """
     _check(tensor, "all_reduce")
     comm, op = get_group().comm_for(tensor), _op(op)
-    if op == "avg" and tensor.dtype.kind != "f":
+    if op == "avg" and tensor.dtype.kind not in "fV":
         raise TypeError(f"all_reduce: ReduceOp.AVG needs a floating-point tensor, got {tensor.dtype}")
     buf, back = _contiguous(tensor)
     _written(tensor)
@@ -147,7 +147,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     _check(output, "reduce_scatter")
     ins = _same_as(input_list, output, "reduce_scatter")
     comm, op, xp = get_group().comm_for(output), _op(op), output._backend.xp
-    if op == "avg" and output.dtype.kind != "f":
+    if op == "avg" and output.dtype.kind not in "fV":
         raise TypeError(f"reduce_scatter: ReduceOp.AVG needs a floating-point tensor, got {output.dtype}")
     with on(output._backend):
         send = xp.stack([t._data for t in ins])  # a fresh contiguous (world, *shape) buffer

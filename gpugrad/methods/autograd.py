@@ -42,7 +42,7 @@ class AutogradMethods:
                 raise RuntimeError("requires_grad can only be turned off on a leaf; use .detach() for a "
                                    "non-leaf tensor")
             return self
-        if requires_grad and self._data.dtype.kind != "f":  # NOTE: torch allows complex too; gpugrad has no complex VJPs
+        if requires_grad and self._data.dtype.kind not in "fV":  # NOTE: torch allows complex too; gpugrad has no complex VJPs
             raise RuntimeError(f"Only Tensors of floating point dtype can require gradients, got {self.dtype}; "
                                "convert with .float() first")
         if requires_grad and self._inference:

@@ -7,7 +7,7 @@ from gpugrad.backend import get_backend
 from gpugrad.backend.deferred import raise_pending
 from gpugrad.core.names import TYPE_NAMES as _TYPE_NAMES
 from gpugrad.core.tensor import TensorBase
-from gpugrad.dtypes import as_dtype, is_dtype
+from gpugrad.dtypes import BF16, as_dtype, is_dtype
 from gpugrad.ops.convert import Cast, Copy, ToDevice
 
 
@@ -49,6 +49,9 @@ class ConversionMethods:
 
     def half(self):
         return self.to(dtype=np.float16)
+
+    def bfloat16(self):
+        return self.to(dtype=BF16)
 
     def long(self):
         return self.to(dtype=np.int64)

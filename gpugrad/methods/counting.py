@@ -76,7 +76,7 @@ def _bin_counts(xp, x, lo, hi, bins, weight=None, edges=None):
 
 
 def _floating(input, kernel):
-    if input.dtype.kind != "f":
+    if input.dtype.kind not in "fV":  # bfloat16 is ml_dtypes' kind "V"
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{type_name(input.dtype)}'")
 
 

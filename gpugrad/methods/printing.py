@@ -16,7 +16,7 @@ import numpy as np
 
 from gpugrad.backend.deferred import raise_pending
 from gpugrad.core.forward_state import STATE as _FORWARD
-from gpugrad.dtypes import DEFAULTS, default_complex
+from gpugrad.dtypes import BF16, DEFAULTS, default_complex
 
 
 @dataclass
@@ -163,6 +163,8 @@ class PrintingMethods:
     def __repr__(self):
         raise_pending(self._backend, "printing a tensor")
         host = self._backend.to_host(self._data)
+        if host.dtype == BF16:  # its values print as float32's (NumPy's float formatting takes no bfloat16)
+            host = host.astype(np.float32)
         prefix, extras = "tensor(", []
         indent = len(prefix)
         if self.device.type != "cpu":
@@ -170,13 +172,13 @@ class PrintingMethods:
         if host.size == 0:
             if host.ndim != 1:
                 extras.append(f"size={tuple(host.shape)}")
-            if host.dtype != DEFAULTS.float:
+            if self._data.dtype != DEFAULTS.float:
                 extras.append(f"dtype={self.dtype}")
             body = "[]"
         else:
             if not OPTIONS.edgeitems:
                 extras.append(f"size={tuple(host.shape)}")
-            if host.dtype not in (DEFAULTS.float, default_complex(), np.int64, np.bool_):
+            if self._data.dtype not in (DEFAULTS.float, default_complex(), np.int64, np.bool_):
                 extras.append(f"dtype={self.dtype}")
             body = _Writer(host, host.size > OPTIONS.threshold).write(host, indent)
         if self._grad_fn is not None:

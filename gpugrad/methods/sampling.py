@@ -66,7 +66,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     are drawn at most once each (its weights renormalized after each draw)."""
     if not isinstance(input, TensorBase) or input.ndim not in (1, 2):
         raise RuntimeError("prob_dist must be 1 or 2 dim")
-    if input.dtype.kind != "f":
+    if input.dtype.kind not in "fV":  # bfloat16 is ml_dtypes' kind "V"
         raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {type_name(input.dtype)}")
     n, k = int(num_samples), input.shape[-1]
     if n <= 0:
@@ -109,7 +109,7 @@ def bernoulli(input, p=None, *, generator=None):
     """0/1 draws, 1 with probability ``input``'s element (in [0, 1]), in ``input``'s dtype; with ``p`` (a number):
     every element 1 with probability p.  As torch's, the result depends on ``input`` with derivative 0."""
     be = input._backend
-    if p is None and input.dtype.kind != "f":
+    if p is None and input.dtype.kind not in "fV":
         raise NotImplementedError(f"\"bernoulli_tensor_cpu_p_\" not implemented for '{type_name(input.dtype)}'")
     if p is not None and not 0 <= p <= 1:
         raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
@@ -118,7 +118,7 @@ def bernoulli(input, p=None, *, generator=None):
         if p is None:
             _check_probabilities(be.xp, probs, _P_RANGE)
         y = make(be.as_array(_draw_below(be, generator, input.shape, probs).astype(input._data.dtype)), be)
-    if input.requires_grad and y.dtype.kind == "f":
+    if input.requires_grad and y.dtype.kind in "fV":
         y = depends(y, input)
         y._grad_fn._name = "BernoulliBackward0"
     return y

@@ -187,7 +187,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     C = input.shape[min(1, input.ndim - 1)] if input.ndim else 1
     w = _class_weight(weight, input, C, "cross_entropy")
-    if isinstance(target, Tensor) and target.dtype.kind == "f" and tuple(target.shape) == tuple(input.shape):
+    if isinstance(target, Tensor) and target.dtype.kind in "fV" and tuple(target.shape) == tuple(input.shape):
         if ignore_index >= 0:
             raise RuntimeError("ignore_index is not supported for floating point target")
         return _probability_xent(input, target, weight, reduction, label_smoothing)

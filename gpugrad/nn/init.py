@@ -65,7 +65,7 @@ _fan = _calculate_correct_fan
 
 def _fill(tensor, sample, gen=None):
     """tensor[...] = sample(generator, shape, dtype) in place, outside the graph."""
-    if tensor.dtype.kind != "f":
+    if tensor.dtype.kind not in "fV":
         raise TypeError(f"nn.init: expected a floating-point tensor, got {tensor.dtype}")
     # NumPy's generators draw float32 / float64 only: draw in float32 and cast for half precision
     dtype = tensor.dtype if tensor.dtype.itemsize >= 4 else np.dtype(np.float32)

@@ -45,7 +45,7 @@ def _moved(array, be, dtype):
     src = backend_of(array)
     if src is not be:
         array = be.asarray(src.to_host(array))
-    if dtype is not None and array.dtype.kind == "f" and array.dtype != dtype:
+    if dtype is not None and array.dtype.kind in "fV" and array.dtype != dtype:
         array = array.astype(dtype)  # like torch: module.to(dtype) casts floating-point tensors only
     return array
 
@@ -335,7 +335,7 @@ class Module:
         if is_dtype(device) and dtype is None:  # model.to(gpugrad.float64)
             device, dtype = None, device
         dtype = None if dtype is None else to_np(dtype)
-        if dtype is not None and dtype.kind != "f":
+        if dtype is not None and dtype.kind not in "fV":
             raise TypeError(f"Module.to only accepts floating point dtypes, got {dtype}")
         for m in self.modules():
             for t in list(m._parameters.values()) + list(m._buffers.values()):

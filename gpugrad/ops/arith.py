@@ -243,7 +243,9 @@ class Where(Op):
     double_backward = linear = batched_jvp = True
 
     def forward(self, xp, a, b):
-        return xp.where(self.cond, a, b)
+        y = xp.where(self.cond, a, b)
+        want = a.dtype if hasattr(a, "dtype") else b.dtype  # after promotion: a Python number is weak
+        return y if y.dtype == want else y.astype(want)  # NumPy widens where(c, 0.0, bfloat16) to float32
 
     def backward(self, xp, gy):
         cond = self.cond
@@ -280,7 +282,7 @@ class Clamp(Op):
 
     def forward(self, xp, x):
         self.save_for_backward(x)
-        return xp.clip(x, self.lo, self.hi)
+        return xp.clip(x, self.lo, self.hi).astype(x.dtype, copy=False)  # NumPy widens bfloat16 by a float bound
 
     def backward(self, xp, gy):
         (x,) = self.saved

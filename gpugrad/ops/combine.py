@@ -126,7 +126,7 @@ class Lerp(Op):
         """input + weight * (end - input): weight a number or a Tensor (broadcast)."""
         _tensor_argument("lerp", "end", 2, end)
         for t in (input, end):
-            if t.dtype.kind != "f":
+            if t.dtype.kind not in "fV":  # bfloat16 is ml_dtypes' kind "V"
                 raise NotImplementedError(f"\"lerp_kernel_scalar\" not implemented for '{type_name(t.dtype)}'")
         if end.dtype != input.dtype:
             raise RuntimeError(f"expected dtype {input.dtype} for `end` but got dtype {end.dtype}")

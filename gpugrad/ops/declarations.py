@@ -70,7 +70,7 @@ POINTWISE = {d.name: d for d in (
               df=lambda xp, y, g: g / (y * 2)),
     # rounding and sign: piecewise constant, f' = 0 away from the jumps (integer inputs stay integers, as in torch)
     *(Pointwise(n, "x", low=-2.5, high=2.5, kinks=k, kernel=False, df=lambda xp, x, g: xp.zeros_like(g), ints=True,
-                f=lambda xp, x, n=n: getattr(xp, n)(x) if x.dtype.kind == "f" else x.copy(),
+                f=lambda xp, x, n=n: getattr(xp, n)(x) if x.dtype.kind in "fV" else x.copy(),
                 frontend=n != "round")  # round(decimals=) is a composition (functional.py)
       for n, k in (("floor", _INTS), ("ceil", _INTS), ("trunc", _INTS), ("round", _HALVES), ("sign", (0.0,)))),
     Pointwise("frac", "x", low=-2.5, high=2.5, kinks=_INTS, kernel=False, f=lambda xp, x: x - xp.trunc(x),

@@ -5,11 +5,23 @@ import builtins
 import math
 from collections import Counter
 
+import numpy as np
+
+from gpugrad.backend import reference as R
 from gpugrad.core.args import dims, with_dtype
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
 from gpugrad.core.tensor import TensorBase
 from gpugrad.ops.reduce import _keep, _Reduce
+
+
+def _einsum(xp, equation, *xs):
+    """einsum; bfloat16 operands (which NumPy's einsum refuses) in float32, the result rounded once, as torch."""
+    low = [x.dtype for x in xs if getattr(x, "dtype", None) == R.BF16]
+    if low and xp is np:
+        y = np.einsum(equation, *(x.astype(np.float32) if x.dtype == R.BF16 else x for x in xs), optimize=len(xs) > 1)
+        return y.astype(low[0])
+    return xp.einsum(equation, *xs, optimize=len(xs) > 1)
 
 
 @register("einsum", method=False, function=True)
@@ -29,7 +41,7 @@ class Einsum(Op):
         self.ins, self.out = self.equation.split("->")
         self.ins = self.ins.split(",")
         self.save_for_backward(*xs)
-        y = xp.einsum(self.equation, *xs, optimize=len(xs) > 1)
+        y = _einsum(xp, self.equation, *xs)
         # NOTE: NumPy returns a view of the input for a pure transpose or diagonal ("ij->ji", "ii->i"): copy it
         return xp.array(y, copy=True) if len(xs) == 1 and set(self.ins[0]) == set(self.out) else y
 
@@ -53,10 +65,10 @@ class Einsum(Op):
                 terms.append(letter)
                 args.append(be.xp.ones(n, dtype=dtype))
             target += letter
-        return xp.einsum(",".join(terms) + "->" + target, *args, optimize=len(args) > 1)
+        return _einsum(xp, ",".join(terms) + "->" + target, *args)
 
     def jvp(self, xp, ins, out, ts):
-        parts = [xp.einsum(self.equation, *ins[:i], t, *ins[i + 1:], optimize=len(ins) > 1)
+        parts = [_einsum(xp, self.equation, *ins[:i], t, *ins[i + 1:])
                  for i, t in enumerate(ts) if t is not None]
         return sum(parts[1:], parts[0])
 
@@ -160,7 +172,7 @@ class LinalgVectorNorm(_Reduce):
             raise ValueError(f"norm: p={p!r} is a matrix norm that needs an SVD, which gpugrad does not have; use "
                              "p='fro' or a number")
         x = with_dtype(input, dtype)
-        if x._data.dtype.kind not in "fc":
+        if x._data.dtype.kind not in "fcV":
             raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
                                f"{x.dtype}; call .float() first")
         return LinalgVectorNorm.apply(x, ord=builtins.float(p), **dims(dim, keepdim, {}, "norm"))

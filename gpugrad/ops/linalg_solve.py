@@ -27,7 +27,7 @@ class LinAlgError(RuntimeError):
 def check_matrices(op, *tensors):
     """torch's checks of ``linalg.<op>``'s inputs: floating (not half precision), at least 2-D, square."""
     for a in tensors:
-        if a.dtype.kind not in "fc":
+        if a.dtype.kind not in "fcV":  # bfloat16 (kind "V") is floating, and refused below as torch does
             raise RuntimeError(f"linalg.{op}: Expected a floating point or complex tensor as input. Got "
                                f"{type_name(a.dtype)}")
         if a.dtype.itemsize < 4:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 
-from gpugrad.backend import cublas, kernels, threads
+import numpy as np
+
+from gpugrad.backend import cublas, kernels, reference as R, threads
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
 from gpugrad.core.tensor import as_operand
@@ -14,7 +16,12 @@ from gpugrad.ops.kernel_op import KernelOp
 
 def _gemm(impl, xp):
     """The product a KernelOp's ``impl`` computes with: gpugrad's cuBLAS path with the CUDA kernels."""
-    return cublas.matmul if impl is kernels else xp.matmul
+    return cublas.matmul if impl is kernels else matmul_of(xp)
+
+
+def matmul_of(xp):
+    """NumPy's matmul on the CPU (bfloat16 in float32, rounded once: reference.matmul), Tensors' under create_graph."""
+    return R.matmul if xp is np else xp.matmul
 
 
 def _mT(xp, a):
@@ -34,19 +41,19 @@ class Matmul(Op):
 
     def forward(self, xp, a, b):
         threads.fit(xp, a.size * b.shape[-1])  # BLAS threads for the free cores (backward's products: the same size)
-        return self._forward(xp.matmul, a, b)
+        return self._forward(matmul_of(xp), a, b)
 
     def forward_cuda(self, xp, a, b):
         return self._forward(cublas.matmul, a, b)
 
     def backward(self, xp, gy):
-        return self._backward(xp, xp.matmul, gy)
+        return self._backward(xp, matmul_of(xp), gy)
 
     def backward_cuda(self, xp, gy):
         return self._backward(xp, cublas.matmul, gy)
 
     def jvp(self, xp, ins, out, ts):
-        return self._jvp(xp, xp.matmul, ins, ts)
+        return self._jvp(xp, matmul_of(xp), ins, ts)
 
     def jvp_cuda(self, xp, ins, out, ts):
         return self._jvp(xp, cublas.matmul, ins, ts)

@@ -84,7 +84,7 @@ class Mean(_Reduce):
     @staticmethod
     def mean(input, dim=None, keepdim=False, *, dtype=None, **kw):
         x = with_dtype(input, dtype)
-        if x._data.dtype.kind not in "fc":
+        if x._data.dtype.kind not in "fcV":
             raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
                                f"complex dtype. Got: {x.dtype}; pass dtype= or call .float() first")
         return Mean.apply(x, **dims(dim, keepdim, kw, "mean"))

@@ -46,7 +46,7 @@ class Adam(Optimizer):
                                       *(p._data for p in params), *(p._grad._data for p in params),
                                       *(st["exp_avg"] for st in states), *(st["exp_avg_sq"] for st in states),
                                       *((st["max_exp_avg_sq"] for st in states) if amsgrad else ()),
-                                      *[self._count(be, st) for st in states])
+                                      *[self._count(be, st) for st in states], skip=self._skip(be))
 
 
 class AdamW(Adam):

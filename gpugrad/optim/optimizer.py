@@ -19,10 +19,11 @@ import numpy as np
 
 from gpugrad._tensor import Tensor
 from gpugrad.backend import backend_of, capture as _capture, on
-from gpugrad.backend.reference import float16_params_error
+from gpugrad.backend.reference import LOW, float16_params_error
 from gpugrad.core.backprop import clear_grad
 from gpugrad.core.grad_mode import enable_grad, no_grad
 from gpugrad.creation import tensor
+from gpugrad.dtypes import is_float
 
 
 def _is_array(v):
@@ -73,6 +74,7 @@ class Optimizer:
         self.defaults = dict(defaults)
         self.state = defaultdict(dict)  # parameter -> {name: array or number}; Tensors hash by identity
         self.param_groups = []
+        self._found_inf = None  # backend -> GradScaler's found_inf during a scaled step (see _skip)
         self._hyper = {}  # (group index, backend) -> [the options last copied, their float64 array on that device]
         self._tickets = {}  # backend -> the kernels' uint32 block counter (0 between launches)
         if isinstance(params, Tensor):
@@ -113,7 +115,7 @@ class Optimizer:
                 raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}")
             if not p.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
-            if p.dtype.kind != "f":
+            if not is_float(p.dtype):
                 raise TypeError(f"optimizer can only optimize floating-point Tensors, got {p.dtype}")
             self._check_float16(p)
         if len(set(params)) != len(params):
@@ -183,6 +185,11 @@ class Optimizer:
             with on(be):
                 self._device_hyper(gi, be)
 
+    def _skip(self, be):
+        """GradScaler's found_inf on ``be``'s device while it runs this step (the kernels skip themselves when it is
+        nonzero, so the scaler never reads it back), else None."""
+        return None if self._found_inf is None else self._found_inf.get(be)
+
     def _step_name(self):
         return f"{type(self).__name__}.step()"
 
@@ -206,7 +213,7 @@ class Optimizer:
     def _check_float16(self, p):
         # NOTE: refused on every device, here and in the update kernels (see reference._UPDATES for why); checked
         # again at each step because Module.to(dtype) may cast a parameter after the optimizer was built.
-        if p.dtype == np.float16:
+        if p._data.dtype in LOW:
             raise float16_params_error(type(self).__name__, p.shape, p.dtype)
 
     # hooks, see the module docstring

@@ -41,7 +41,7 @@ class RMSprop(Optimizer):
         be.kernels.rmsprop_multi_update_(be.xp, hyper, centered, momentum, *(p._data for p in params),
                                          *(p._grad._data for p in params), *(st["square_avg"] for st in states),
                                          *((st["grad_avg"] for st in states) if centered else ()),
-                                         *((st["momentum_buffer"] for st in states) if momentum else ()))
+                                         *((st["momentum_buffer"] for st in states) if momentum else ()), skip=self._skip(be))
 
 
 class Adagrad(Optimizer):
@@ -75,4 +75,4 @@ class Adagrad(Optimizer):
     def _update(self, be, params, states, group, hyper):
         be.kernels.adagrad_multi_update_(be.xp, hyper, self._ticket(be), *(p._data for p in params),
                                          *(p._grad._data for p in params), *(st["sum"] for st in states),
-                                         *[self._count(be, st) for st in states])
+                                         *[self._count(be, st) for st in states], skip=self._skip(be))

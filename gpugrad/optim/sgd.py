@@ -39,4 +39,4 @@ class SGD(Optimizer):
                     st["momentum_buffer"] = self._zeros(p)
             bufs = [st["momentum_buffer"] for st in states]
         be.kernels.sgd_multi_update_(be.xp, hyper, first, *(p._data for p in params),
-                                     *(p._grad._data for p in params), *bufs)
+                                     *(p._grad._data for p in params), *bufs, skip=self._skip(be))

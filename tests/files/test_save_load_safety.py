@@ -139,8 +139,8 @@ _ONES = np.ones(2, np.float32).tobytes()
     (lambda: _raw(_F4, _ONES, manifest={"ndarray": "0", "scalar": True}), "a scalar of shape"),
     (lambda: _raw({"0": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}, b"\x01\x07",
                   manifest={"ndarray": "0", "scalar": False}), "bytes other than 0 and 1"),
-    (lambda: _raw({"0": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}, bytes(2), manifest=None),
-     "dtype 'BF16', not one of BOOL"),
+    (lambda: _raw({"0": {"dtype": "F8_E4M3", "shape": [1], "data_offsets": [0, 1]}}, bytes(1), manifest=None),
+     "dtype 'F8_E4M3', not one of BOOL"),
     (lambda: _raw({"0": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, _ONES, manifest=None),
      "declares bytes 0..8"),
     (lambda: _raw({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
@@ -152,7 +152,7 @@ _ONES = np.ones(2, np.float32).tobytes()
     (lambda: _raw({}, manifest={"max": [1]}), "takes a 2-sequence"),
     (lambda: _raw({}, manifest={"dict": [[1, 2, 3]], "ordered": False}), "not a \\[key, value\\] pair"),
 ], ids=["int-requires-grad", "requires-grad-not-bool", "bad-device", "complex-marker-on-float32", "extra-field",
-        "scalar-with-a-shape", "bool-byte-7", "bfloat16", "size-vs-shape", "overlapping-arrays", "trailing-bytes",
+        "scalar-with-a-shape", "bool-byte-7", "float8", "size-vs-shape", "overlapping-arrays", "trailing-bytes",
         "truncated-data", "manifest-not-a-string", "return-type-of-one", "dict-triple"])
 def test_every_inconsistency_of_a_crafted_file_is_a_serialization_error_naming_it(tmp_path, make, why):
     path = tmp_path / "crafted.pt"

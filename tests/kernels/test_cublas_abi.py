@@ -7,6 +7,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -72,7 +73,8 @@ def test_enum_values_match_the_headers():
         _enum(api, "CUBLAS_COMPUTE_64F"), _enum(api, "CUBLAS_GEMM_DEFAULT"))
     assert {v: k for k, v in stand_in.DTYPES.items()} == {np.float16: _enum(types, "CUDA_R_16F"), np.float32:
                                                           _enum(types, "CUDA_R_32F"), np.float64: _enum(types,
-                                                                                                     "CUDA_R_64F")}
+                                                                                                     "CUDA_R_64F"),
+                                                          ml_dtypes.bfloat16: _enum(types, "CUDA_R_16BF")}
 
 
 def test_the_dtype_table_follows_cupys_default_compute_types(monkeypatch):

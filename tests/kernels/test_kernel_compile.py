@@ -54,7 +54,7 @@ def _vector_forms(name):
     """The 16-byte load and store forms of a kernel's element type (the first template argument's, also the
     output type of every pointwise Op)."""
     ctype = name.split("<")[-1].split(",")[0].split(">")[0]
-    v = {"float": "v4.f32", "double": "v2.f64"}[ctype]
+    v = {"float": "v4.f32", "double": "v2.f64", "gg::bf16": "v4.u32"}[ctype]  # bfloat16: 8 x 16 bits as 4 words
     return f"ld.global.nc.{v}", f"st.global.{v}"
 
 

@@ -1,6 +1,6 @@
 """Dtypes and layouts behave the same on every device.
 
-- float16: every op whose math is a kernel pair (``KernelOp``) computes float16 in float32 and returns float16
+- float16 and bfloat16 (issue 22): every op whose math is a kernel pair (``KernelOp``) computes float16 in float32 and returns float16
   values and gradients: the float32 result, rounded. The kernel functions do it once (``reference.opmath``), so
   the CUDA launchers and the NumPy references agree on float16 (same result, or the same error: optimizer updates
   refuse float16 parameters on every device).
@@ -38,6 +38,10 @@ F16 = np.float16
 # gradients of ops that save their float16 output (relu, sigmoid, tanh, softmax) start from a rounded value and a
 # GPU's float32 result may round to the neighbouring float16.
 F16_TOL = dict(rtol=2e-3, atol=2e-3)
+BF16 = gpugrad.bfloat16.dtype
+# bfloat16 (issue 22) takes the same path: two bfloat16 ulps (eps = 2**-7)
+LOW_TOL = {np.dtype(F16): F16_TOL, BF16: dict(rtol=1.6e-2, atol=1.6e-2)}
+LOWS = [pytest.param(np.dtype(F16), id="float16"), pytest.param(BF16, id="bfloat16")]
 
 
 # ---- float16 ops, through the autograd engine ---------------------------------------------------------------------
@@ -53,27 +57,28 @@ def test_the_kernel_op_table_is_not_empty():
     assert ops == {name for name, cls in REGISTRY.items() if issubclass(cls, KernelOp)}
 
 
-def _run_op(case, arrays, dtype, device, monkeypatch):
+def _run_op(case, arrays, dtype, device, monkeypatch, low=F16):
     monkeypatch.setenv("GPUGRAD_DEVICE", device)  # side inputs the case makes (targets, randoms) go there too
     ins = [gpugrad.tensor(a.astype(dtype), device=device, requires_grad=True) for a in arrays]
     out = case.fn(*ins)
-    u = np.random.default_rng(5).standard_normal(out.shape).astype(F16)  # exactly representable in both dtypes
+    u = np.random.default_rng(5).standard_normal(out.shape).astype(low)  # exactly representable in both dtypes
     out.backward(gpugrad.tensor(u.astype(dtype), device=device))
     return out.detach().cpu().numpy(), [t.grad.cpu().numpy() for t in ins]
 
 
+@pytest.mark.parametrize("low", LOWS)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case,k", KERNEL_OP_CASES, ids=[f"{c.name}-{k}" for c, k in KERNEL_OP_CASES])
-def test_float16_ops_are_float32_results_rounded(case, k, device, monkeypatch):
-    arrays = case_inputs(case, case.shapes[k], F16)
-    want_out, want_grads = _run_op(case, arrays, np.float32, "cpu", monkeypatch)
+def test_float16_ops_are_float32_results_rounded(case, k, device, low, monkeypatch):
+    arrays = case_inputs(case, case.shapes[k], low)
+    want_out, want_grads = _run_op(case, arrays, np.float32, "cpu", monkeypatch, low)
     kernels.CALLS.clear()
-    out, grads = _run_op(case, arrays, F16, device, monkeypatch)
-    assert out.dtype == F16 and all(g.dtype == F16 for g in grads)
-    np.testing.assert_allclose(out, want_out.astype(F16), **F16_TOL)
+    out, grads = _run_op(case, arrays, low, device, monkeypatch, low)
+    assert out.dtype == low and all(g.dtype == low for g in grads)
+    np.testing.assert_allclose(out.astype(np.float32), want_out.astype(low).astype(np.float32), **LOW_TOL[low])
     for g, w in zip(grads, want_grads):
         assert g.shape == w.shape
-        np.testing.assert_allclose(g, w.astype(F16), **F16_TOL)
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(low).astype(np.float32), **LOW_TOL[low])
     if device == "cuda":
         assert {n for n in case.gpu_kernels if kernels.CALLS[n]} == set(case.gpu_kernels)
 
@@ -138,11 +143,12 @@ _F16_KERNEL_CASES = [pytest.param(c, s, id=f"{c.id}-{'x'.join(map(str, s))}") fo
                      for s in c.shapes[:3]]
 
 
+@pytest.mark.parametrize("low", LOWS)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case, shape", _F16_KERNEL_CASES)
-def test_float16_launchers_match_the_references(case, shape, device, request):
+def test_float16_launchers_match_the_references(case, shape, device, low, request):
     rt, to_dev, to_host = _device_runtime(device, request)
-    args, kwargs = case.make(rng_for(case, F16, shape), F16, shape)
+    args, kwargs = case.make(rng_for(case, low, shape), low.type, shape)
     r_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     k_args = [to_dev(a.copy() if isinstance(a, np.ndarray) else a) for a in args]
     try:
@@ -165,8 +171,10 @@ def test_float16_launchers_match_the_references(case, shape, device, request):
         assert g.dtype == w.dtype and g.shape == w.shape
         if w.dtype == bool:
             np.testing.assert_array_equal(g, w)
-        else:  # both round a float32 value: one float16 ulp apart where the float32 results straddle a rounding
-            np.testing.assert_allclose(g, w, rtol=2e-3, atol=2e-3, equal_nan=True)
+        else:  # both round a float32 value: one low-precision ulp apart where the float32 results straddle a rounding
+            np.testing.assert_allclose(g.astype(np.float32) if g.dtype == BF16 else g,
+                                       w.astype(np.float32) if w.dtype == BF16 else w, equal_nan=True,
+                                       **LOW_TOL[low])
 
 
 def test_float16_in_is_float32_math_out():
@@ -287,6 +295,9 @@ def _with_denormals(a, rng):
     return a
 
 
+# float32 arguments that are control values, not data: GradScaler's scale (a power of two, never denormal), found_inf
+# (0 or 1) and growth tracker
+_CONTROL = {"amp_unscale_multi_": (0, 1), "amp_update_scale_": (0, 1, 2)}
 _FTZ_CASES = [pytest.param(c, s, id=f"{c.id}-{'x'.join(map(str, s))}") for c in KERNEL_CASES for s in c.shapes[:3]]
 
 
@@ -297,7 +308,8 @@ def test_flush_to_zero_stays_inside_the_float32_tolerance(case, shape):
     parity atol (it moves them by ~1e-38 * the op's slope), so the tolerance absorbs -ftz=true."""
     rng = rng_for(case, np.float32, shape, "ftz")
     args, kwargs = case.make(rng, np.float32, shape)
-    args = [_with_denormals(a, rng) for a in args]
+    control = _CONTROL.get(case.name, ())
+    args = [a if i in control else _with_denormals(a, rng) for i, a in enumerate(args)]
     plain = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     flushed = [_flush(a).copy() if isinstance(a, np.ndarray) else a for a in args]
     want = _flat(getattr(reference, case.name)(np, *plain, **kwargs))

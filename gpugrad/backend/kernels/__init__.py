@@ -30,8 +30,9 @@ from gpugrad.backend.kernels.loss import softmax_xent_bwd, softmax_xent_fwd, tok
 from gpugrad.backend.kernels.names import (CTYPES, ELEMENTWISE, INDEX_CTYPES, NAME_EXPRESSIONS, POINTWISE_OPS,
                                            RAW_KERNELS, USES, instantiations)
 from gpugrad.backend.kernels.norm import layer_norm_bwd, layer_norm_fwd
-from gpugrad.backend.kernels.optim import (adagrad_multi_update_, adam_multi_update_, adam_update_,
-                                           rmsprop_multi_update_, set_hyper_, sgd_multi_update_, sgd_update_)
+from gpugrad.backend.kernels.optim import (adagrad_multi_update_, adam_multi_update_, adam_update_, amp_unscale_multi_,
+                                           amp_update_scale_, rmsprop_multi_update_, set_hyper_, sgd_multi_update_,
+                                           sgd_update_)
 from gpugrad.backend.kernels.reduce import (log_softmax_bwd, log_softmax_fwd, logsumexp_bwd, logsumexp_fwd, softmax_bwd,
                                             softmax_fwd, sum_rows)
 from gpugrad.backend.kernels.runtimes import CupyRuntime, runtime, use_runtime, warm_up

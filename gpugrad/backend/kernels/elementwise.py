@@ -52,7 +52,7 @@ def _pointwise_launcher(op, direction):
         arrays, params = args[:n], args[n:]
         if len(params) != len(decl.params):
             raise TypeError(f"{name}: expected parameters {tuple(p for p, _ in decl.params)}, got {params}")
-        ctype = _check_float(name, *arrays)
+        ctype = _check_float(name, *arrays, bf16=True)  # bfloat16 arrives only contiguous (opmath: NATIVE_BF16)
         _check_shapes(name, arrays[0].shape, *arrays)
         CALLS[name] += 1
         p0, p1 = (tuple(float(p) for p in params) + (0.0, 0.0))[:2]
@@ -87,7 +87,7 @@ def bias_act_fwd(xp, x, b, act, *params):
     """(y, saved) with y = act(x + b), b (C,) broadcast over x's last axis; saved = z = x + b for an act whose
     backward reads its input, else y."""
     p0, p1 = _check_act("bias_act_fwd", act, params)
-    ctype = _check_float("bias_act_fwd", x, b)
+    ctype = _check_float("bias_act_fwd", x, b, bf16=True)
     if x.ndim < 1 or b.shape != (x.shape[-1],):
         raise ValueError(f"bias_act_fwd: expected x (..., C) and b (C,), got {_describe([x, b])}")
     CALLS["bias_act_fwd"] += 1
@@ -186,4 +186,6 @@ def copy_(xp, dst, src):
     return dst
 
 
-opmath_all(globals())  # float16 in float32, exactly as the references (reference.opmath)
+# bfloat16 kernels of their own (contiguous arrays): the activations, their backward, bias + activation
+NATIVE_BF16 = (*POINTWISE_LAUNCHERS, "bias_act_fwd")
+opmath_all(globals(), native_bf16=NATIVE_BF16)  # float16 in float32, exactly as the references (reference.opmath)

@@ -15,10 +15,11 @@ RAW_KERNELS = {
     "loss": ("softmax_xent_fwd", "softmax_xent_bwd"),
     "norm": ("layer_norm_fwd", "layer_norm_bwd", "layer_norm_bwd_wb"),
     "optim": ("sgd_update_", "adam_update_", "sgd_multi_update_", "adam_multi_update_", "rmsprop_multi_update_",
-              "adagrad_multi_update_"),
+              "adagrad_multi_update_", "amp_unscale_multi_", "amp_update_scale_"),
     "check": ("check_index", "check_finite"),  # check_index per index type (INDEX_CTYPES), not per float type
 }
 INDEX_CTYPES = {"int32": "int", "int64": "long long"}
+SCALE_KERNELS = ("amp_update_scale_",)  # instantiated for float only: GradScaler's scale is float32
 
 
 def _expr(kernel: str, ctype: str) -> str:
@@ -38,6 +39,13 @@ POINTWISE_OPS = tuple(op for c in CTYPES.values() for op in (
     *(f"BiasActFwd<{c}, pw::{a}, {str(_saves_x(a)).lower()}>" for a in ACTIVATIONS),
     *(f"DropoutFwd<{c}, {u}>" for u in CTYPES.values()),
     f"DropoutBwd<{c}>", f"Accumulate<{c}>"))
+# bfloat16 (stored, computed in float: common.cuh gg::bf16) for the activations, their backward and bias + activation,
+# the kernels autocast feeds low-precision activations; the other kernels take bfloat16 through reference.opmath
+BF16_CTYPE = "gg::bf16"
+BF16_OPS = (*(f"ActFwd<{BF16_CTYPE}, pw::{a}>" for a in ACTIVATIONS),
+            *(f"ActBwd<{BF16_CTYPE}, pw::{d.name}>" for d in KERNEL_OPS),
+            *(f"BiasActFwd<{BF16_CTYPE}, pw::{a}, {str(_saves_x(a)).lower()}>" for a in ACTIVATIONS))
+POINTWISE_OPS = POINTWISE_OPS + BF16_OPS
 
 
 def _instantiations(kernel):
@@ -45,6 +53,8 @@ def _instantiations(kernel):
         return [f"pointwise<{op}>" for op in POINTWISE_OPS]
     if kernel == "bias_act_bwd":
         return [f"{kernel}<{c}, pw::{a}>" for c in CTYPES.values() for a in ACTIVATIONS]
+    if kernel in SCALE_KERNELS:  # the scaler's own float32 arrays, whatever the gradients' dtype
+        return [f"{kernel}<float>"]
     ctypes = INDEX_CTYPES if kernel == "check_index" else CTYPES
     return [f"{kernel}<{c}>" for c in ctypes.values()]
 
@@ -98,6 +108,8 @@ USES = {
     "adam_multi_update_": ("optim:adam_multi_update_",),
     "rmsprop_multi_update_": ("optim:rmsprop_multi_update_",),
     "adagrad_multi_update_": ("optim:adagrad_multi_update_",),
+    "amp_unscale_multi_": ("optim:amp_unscale_multi_",),
+    "amp_update_scale_": ("optim:amp_update_scale_",),
 }
 
 
@@ -107,7 +119,8 @@ _FUNCTORS = {
     "bias_act_fwd": "BiasActFwd<{c},", "dropout_fwd": "DropoutFwd<{c},", "dropout_bwd": "DropoutBwd<{c}>>",
     "accumulate_": "Accumulate<{c}>>", "copy_": "ActFwd<{c}, pw::identity>>",
 }
-_DTYPE_CTYPES = {"float16": "float", **CTYPES}  # float16 is computed in float32 (reference.opmath)
+# float16 is computed in float32 (reference.opmath); bfloat16 natively where BF16_OPS has the functor, else likewise
+_DTYPE_CTYPES = {"float16": ("float",), "bfloat16": ("float", BF16_CTYPE), **{k: (v,) for k, v in CTYPES.items()}}
 
 
 def instantiations(launchers=None, dtypes=("float32",)) -> list:
@@ -118,7 +131,7 @@ def instantiations(launchers=None, dtypes=("float32",)) -> list:
     unknown = [d for d in dtypes if d not in _DTYPE_CTYPES]
     if unknown:
         raise ValueError(f"instantiations: dtypes must be among {tuple(_DTYPE_CTYPES)}, got {unknown}")
-    ctypes = {_DTYPE_CTYPES[d] for d in dtypes}
+    ctypes = {c for d in dtypes for c in _DTYPE_CTYPES[d]}
     found = set()
     for launcher in USES if launchers is None else launchers:
         if launcher not in USES:
@@ -126,7 +139,7 @@ def instantiations(launchers=None, dtypes=("float32",)) -> list:
         for family, _, kernel in (u.partition(":") for u in USES[launcher]):
             if family == "ew":
                 continue
-            heads = {f"{kernel}<" if kernel == "check_index" else
+            heads = {f"{kernel}<" if kernel == "check_index" or kernel in SCALE_KERNELS else
                      f"pointwise<{_FUNCTORS[launcher].format(c=c)}" if kernel == "pointwise" else f"{kernel}<{c}"
                      for c in ctypes}
             found |= {(family, e) for e in NAME_EXPRESSIONS[family] if any(e.startswith(h) for h in heads)}

@@ -114,7 +114,14 @@ def _multi_launch(rt, name, ctype, head, slots, sizes, null_slot, always, back):
         a[...] = w
 
 
-def sgd_multi_update_(xp, hyper, first_steps, *tensors):
+def _skip(rt, name, skip):
+    """GradScaler's found_inf (float32, shape (1,), on the device: nonzero skips the step in the kernel), or None."""
+    if skip is not None and (skip.dtype != "float32" or skip.shape != (1,)):
+        raise TypeError(f"{name}: skip must be a float32 array of shape (1,), got {_describe([skip])}")
+    return skip if skip is None else rt.ascontiguousarray(skip)
+
+
+def sgd_multi_update_(xp, hyper, first_steps, *tensors, skip=None):
     """sgd_update_ of n = len(first_steps) tensors at once: ``tensors`` = n parameters, their n gradients and, for
     momentum, their n momentum buffers (given buffers mean momentum is applied); ``hyper`` = float64 [lr, momentum,
     dampening, weight_decay, nesterov, maximize] on the device, read by the kernel; ``first_steps[i]``: buffer i
@@ -124,7 +131,8 @@ def sgd_multi_update_(xp, hyper, first_steps, *tensors):
     rt, ctype, hyper, runs, back = _multi_in(name, hyper, n, tensors, (2, 3))
     bufs = runs[2] if len(runs) == 3 else [None] * n
     slots = [(p, g, b, p.size, int(bool(f))) for p, g, b, f in zip(runs[0], runs[1], bufs, first_steps)]
-    _multi_launch(rt, name, ctype, (hyper,), slots, [p.size for p in runs[0]], (None, None, None, 0, 0), False, back)
+    _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip)), slots, [p.size for p in runs[0]],
+                  (None, None, None, 0, 0), False, back)
 
 
 def _ticket(rt, name, ticket):
@@ -135,7 +143,7 @@ def _ticket(rt, name, ticket):
     return ticket
 
 
-def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors):
+def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors, skip=None):
     """adam_update_ of n tensors at once: ``tensors`` = n parameters, n gradients, n exp_avg, n exp_avg_sq, (with
     ``amsgrad``) n max_exp_avg_sq and n step counts (int64 0-d arrays, the steps taken so far: this is step count + 1,
     and every count advances by one, on the device); ``hyper`` = float64 [lr, beta1, beta2, eps, weight_decay,
@@ -146,11 +154,12 @@ def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors):
     ticket = _ticket(rt, name, ticket)
     vmax = runs[4] if amsgrad else [None] * n
     slots = [(p, g, m, v, vm, s, p.size) for p, g, m, v, vm, s in zip(*runs[:4], vmax, runs[-1])]
-    _multi_launch(rt, name, ctype, (hyper, ticket, int(bool(decoupled))), slots, [s[-1] for s in slots],
+    _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip), ticket, int(bool(decoupled))), slots,
+                  [s[-1] for s in slots],
                   (None,) * 6 + (0,), True, back)
 
 
-def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors):
+def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors, skip=None):
     """torch.optim.RMSprop's step of n tensors at once: ``tensors`` = n parameters, n gradients, n square_avg, (when
     ``centered``) n grad_avg and (with ``momentum``) n momentum buffers; ``hyper`` = float64 [lr, alpha, eps,
     weight_decay, momentum, maximize] on the device, read by the kernel."""
@@ -160,10 +169,11 @@ def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors):
     ga = runs[3] if centered else [None] * n
     bufs = runs[-1] if momentum else [None] * n
     slots = [(p, g, sq, a, b, p.size) for p, g, sq, a, b in zip(*runs[:3], ga, bufs)]
-    _multi_launch(rt, name, ctype, (hyper,), slots, [s[-1] for s in slots], (None,) * 5 + (0,), False, back)
+    _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip)), slots, [s[-1] for s in slots], (None,) * 5 + (0,),
+                  False, back)
 
 
-def adagrad_multi_update_(xp, hyper, ticket, *tensors):
+def adagrad_multi_update_(xp, hyper, ticket, *tensors, skip=None):
     """torch.optim.Adagrad's step of n tensors at once: ``tensors`` = n parameters, n gradients, n sums of squares
     and n step counts (int64 0-d arrays, advanced by one on the device, as Adam's); ``hyper`` = float64 [lr,
     lr_decay, weight_decay, eps, maximize] on the device; ``ticket`` as adam_multi_update_'s."""
@@ -171,7 +181,42 @@ def adagrad_multi_update_(xp, hyper, ticket, *tensors):
     rt, ctype, hyper, runs, back = _multi_in(name, hyper, len(tensors) // 4, tensors, (3,), counts=True, n_hyper=5)
     ticket = _ticket(rt, name, ticket)
     slots = [(p, g, s, c, p.size) for p, g, s, c in zip(*runs)]
-    _multi_launch(rt, name, ctype, (hyper, ticket), slots, [s[-1] for s in slots], (None,) * 4 + (0,), True, back)
+    _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip), ticket), slots, [s[-1] for s in slots],
+                  (None,) * 4 + (0,), True, back)
+
+
+def _scaler_arrays(name, **arrays):
+    for what, (a, dtype) in arrays.items():
+        if a.dtype != dtype or a.size != 1 or not a.flags.c_contiguous:
+            raise TypeError(f"{name}: {what} must be a one-element contiguous {dtype} array, got {_describe([a])}")
+
+
+def amp_unscale_multi_(xp, scale, found_inf, *grads):
+    """GradScaler's unscale and check: every gradient (one float dtype) times 1/scale in place, found_inf set to 1
+    when any held an inf or NaN; scale and found_inf are one-element float32 device arrays, read and written by the
+    kernel (one launch per 16 gradients, no host sync)."""
+    name = "amp_unscale_multi_"
+    _scaler_arrays(name, scale=(scale, "float32"), found_inf=(found_inf, "float32"))
+    if not grads:
+        return
+    ctype = _check_float(name, *grads)
+    rt = runtime()
+    CALLS[name] += 1
+    back = [(g, rt.ascontiguousarray(g)) for g in grads if not g.flags.c_contiguous]
+    work = [dict((id(a), w) for a, w in back).get(id(g), g) for g in grads]
+    _multi_launch(rt, name, ctype, (scale, found_inf), [(g, g.size) for g in work], [g.size for g in work],
+                  (None, 0), False, back)
+
+
+def amp_update_scale_(xp, scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """GradScaler's update on the device (torch's _amp_update_scale_): one thread backs the float32 scale off after an
+    inf or NaN, or grows it after ``growth_interval`` clean steps; the int32 tracker counts them."""
+    name = "amp_update_scale_"
+    _scaler_arrays(name, scale=(scale, "float32"), tracker=(tracker, "int32"), found_inf=(found_inf, "float32"))
+    rt = runtime()
+    CALLS[name] += 1
+    rt.raw_kernel("optim", _expr(name, "float"))((1,), (1,), (scale, tracker, found_inf, float(growth_factor),
+                                                              float(backoff_factor), int(growth_interval)))
 
 
 def set_hyper_(xp, hyper, values):

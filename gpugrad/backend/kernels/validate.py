@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import collections
 
-from gpugrad.backend.kernels.names import CTYPES
+from gpugrad.backend.kernels.names import BF16_CTYPE, CTYPES
 from gpugrad.backend.kernels.runtimes import runtime
+from gpugrad.backend.reference.float16 import BF16
 
 CALLS: collections.Counter = collections.Counter()  # launcher name -> launches; proves the kernel path ran
 
@@ -14,10 +15,12 @@ def _describe(arrays):
     return ", ".join(f"{tuple(a.shape)} {a.dtype}" for a in arrays)
 
 
-def _check_float(name, *arrays):
-    """All float32 or all float64 (one dtype; float16 arrives here as float32, see reference.opmath); returns the
-    C type name."""
+def _check_float(name, *arrays, bf16=False):
+    """All float32 or all float64 (one dtype; float16 arrives here as float32, see reference.opmath), or, for the
+    launchers with bfloat16 kernels (``bf16``), all bfloat16; returns the C type name."""
     dt = arrays[0].dtype
+    if bf16 and dt == BF16 and all(a.dtype == dt for a in arrays):
+        return BF16_CTYPE
     if dt.name not in CTYPES or any(a.dtype != dt for a in arrays):
         raise TypeError(f"{name}: expected float arrays of one dtype (float16, float32 or float64), "
                         f"got {_describe(arrays)}")

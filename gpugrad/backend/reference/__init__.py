@@ -21,12 +21,13 @@ from gpugrad.backend.reference.elementwise import (_saves_x, accumulate_, bias_a
                                                    log1p_bwd, log1p_fwd, relu_bwd, relu_fwd, sigmoid_bwd, sigmoid_fwd,
                                                    silu_bwd, silu_fwd, sin_bwd, sin_fwd, softplus_bwd, softplus_fwd,
                                                    tanh_bwd, tanh_fwd)
-from gpugrad.backend.reference.float16 import float16_params_error, opmath, opmath_all, opmath_array
+from gpugrad.backend.reference.float16 import BF16, LOW, float16_params_error, matmul, opmath, opmath_all, opmath_array
 from gpugrad.backend.reference.loss import (REDUCTIONS, _xent_grad, _xent_rows, softmax_xent_bwd, softmax_xent_fwd,
                                             token_logprob_bwd, token_logprob_fwd, xent_aux)
 from gpugrad.backend.reference.norm import layer_norm_bwd, layer_norm_fwd
 from gpugrad.backend.reference.optim import (adagrad_multi_update_, adam_multi_update_, adam_update_,
-                                             rmsprop_multi_update_, set_hyper_, sgd_multi_update_, sgd_update_)
+                                             amp_unscale_multi_, amp_update_scale_, rmsprop_multi_update_, set_hyper_,
+                                             sgd_multi_update_, sgd_update_)
 from gpugrad.backend.reference.reduce import (log_softmax_bwd, log_softmax_fwd, logsumexp_bwd, logsumexp_fwd,
                                               softmax_bwd, softmax_fwd, sum_rows)
 

@@ -1,6 +1,8 @@
 """References of optim.cu: torch.optim's SGD, Adam/AdamW, RMSprop and Adagrad updates, in place."""
 from __future__ import annotations
 
+import numpy as np
+
 from gpugrad.backend.reference.common import _s
 from gpugrad.backend.reference.float16 import opmath_all
 
@@ -52,6 +54,11 @@ def _adam(xp, p, g, m, v, vmax, step, lr, beta1, beta2, eps, weight_decay, decou
 
 # Multi-tensor updates (kernels/optim.py: one launch per 16 tensors): the per-tensor math over runs of n arrays, the
 # hyperparameters read from `hyper` and Adam's step counts kept in int64 0-d arrays, as the kernels do on the device.
+def _skipped(skip):
+    """GradScaler's found_inf (a float32 (1,) array, or None): nonzero skips the whole step, as the kernels do."""
+    return skip is not None and bool(skip[0] != 0)
+
+
 def _runs(name, tensors, n, kinds):
     """``tensors`` as its runs of n arrays (parameters, gradients, states), there being one of ``kinds`` runs."""
     if len(tensors) != n * (len(tensors) // n if n else 0) or (n and len(tensors) // n not in kinds):
@@ -59,10 +66,12 @@ def _runs(name, tensors, n, kinds):
     return [tensors[k * n:(k + 1) * n] for k in range(len(tensors) // n if n else 0)]
 
 
-def sgd_multi_update_(xp, hyper, first_steps, *tensors):
+def sgd_multi_update_(xp, hyper, first_steps, *tensors, skip=None):
     """sgd_update_ of n = len(first_steps) tensors: ``tensors`` = n parameters, n gradients and, for momentum, n
     momentum buffers (given buffers mean momentum is applied); hyper = [lr, momentum, dampening, weight_decay,
     nesterov, maximize] (float64); ``first_steps[i]``: buffer i starts as d; maximize: g = -g first."""
+    if _skipped(skip):
+        return
     runs = _runs("sgd_multi_update_", tensors, len(first_steps), (2, 3))
     lr, momentum, dampening, weight_decay, nesterov, maximize = (float(h) for h in hyper)
     for i, first in enumerate(first_steps):
@@ -71,11 +80,13 @@ def sgd_multi_update_(xp, hyper, first_steps, *tensors):
         _sgd(runs[0][i], g, buf, lr, momentum, dampening, weight_decay, nesterov != 0, first)
 
 
-def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors):
+def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors, skip=None):
     """adam_update_ of n tensors: ``tensors`` = n parameters, n gradients, n exp_avg, n exp_avg_sq, (``amsgrad``) n
     max_exp_avg_sq and n step counts (int64 0-d arrays, the steps taken so far: this is step count + 1, and each
     count advances by one); hyper = [lr, beta1, beta2, eps, weight_decay, maximize] (float64); ``ticket``: the
     kernel's block counter (unused here)."""
+    if _skipped(skip):
+        return
     k = 5 + bool(amsgrad)
     runs = _runs("adam_multi_update_", tensors, len(tensors) // k, (k,))
     lr, beta1, beta2, eps, weight_decay, maximize = (float(h) for h in hyper)
@@ -86,12 +97,14 @@ def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors):
         step[...] = t
 
 
-def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors):
+def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors, skip=None):
     """torch.optim.RMSprop of n tensors: ``tensors`` = n parameters, n gradients, n square_avg, (``centered``) n
     grad_avg, (``momentum``) n momentum buffers; hyper = [lr, alpha, eps, weight_decay, momentum, maximize]:
     g = -g (maximize); g += wd * p; sq = alpha * sq + (1 - alpha) * g^2; centered: ga = lerp(ga, g, 1 - alpha),
     avg = sqrt(sq - ga^2) + eps, else sqrt(sq) + eps; buf = momentum * buf + g / avg, p -= lr * buf, or
     p -= lr * g / avg."""
+    if _skipped(skip):
+        return
     k = 3 + bool(centered) + bool(momentum)
     runs = _runs("rmsprop_multi_update_", tensors, len(tensors) // k, (k,))
     lr, alpha, eps, weight_decay, mom, maximize = (float(h) for h in hyper)
@@ -113,10 +126,12 @@ def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors):
             p -= _s(p, lr) * (g / avg)
 
 
-def adagrad_multi_update_(xp, hyper, ticket, *tensors):
+def adagrad_multi_update_(xp, hyper, ticket, *tensors, skip=None):
     """torch.optim.Adagrad of n tensors: ``tensors`` = n parameters, n gradients, n sums and n step counts (as
     adam_multi_update_'s); hyper = [lr, lr_decay, weight_decay, eps, maximize]: g = -g (maximize); g += wd * p;
     clr = lr / (1 + (step - 1) * lr_decay); sum += g^2; p -= clr * g / (sqrt(sum) + eps)."""
+    if _skipped(skip):
+        return
     runs = _runs("adagrad_multi_update_", tensors, len(tensors) // 4, (4,))
     lr, lr_decay, weight_decay, eps, maximize = (float(h) for h in hyper)
     for p, g, total, step in zip(*runs):
@@ -133,6 +148,35 @@ def _lerp(a, b, w):
         a += w * (b - a)
     else:
         a[...] = b - (b - a) * (1 - w)
+
+
+def amp_unscale_multi_(xp, scale, found_inf, *grads):
+    """torch's _amp_foreach_non_finite_check_and_unscale_: each gradient times inv_scale = 1/scale (in double, rounded
+    to float32, then to the gradient's dtype) in place; found_inf = 1 when any element of any gradient was inf or NaN
+    before the multiply."""
+    inv = np.float32(1.0 / float(scale.reshape(-1)[0]))
+    for g in grads:
+        if not xp.isfinite(g).all():
+            found_inf.reshape(-1)[0] = 1.0
+        g *= g.dtype.type(inv)
+
+
+def amp_update_scale_(xp, scale, tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """torch's _amp_update_scale_: after an inf or NaN (found_inf != 0), scale *= backoff and the tracker resets;
+    else the tracker counts the clean step, and at growth_interval the scale grows (if still finite) and it resets."""
+    s, t = scale.reshape(-1), tracker.reshape(-1)
+    if found_inf.reshape(-1)[0] != 0:
+        s[0], t[0] = np.float32(float(s[0]) * backoff_factor), 0  # in double, as the kernel
+        return
+    successful = int(t[0]) + 1
+    if successful == growth_interval:
+        with np.errstate(over="ignore"):  # an overflowing growth is dropped below, as the kernel drops it
+            grown = np.float32(float(s[0]) * growth_factor)
+        if np.isfinite(grown):
+            s[0] = grown
+        t[0] = 0
+    else:
+        t[0] = successful
 
 
 def set_hyper_(xp, hyper, values):

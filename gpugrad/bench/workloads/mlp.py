@@ -54,7 +54,7 @@ def mlp_batch(backend, batch, sizes=MLP_SIZES, seed=1):
 MLP_IMPLS = ("baseline", "gpugrad", "gpugrad_graph", "torch")
 
 
-def mlp_steps(backend, batch, sizes=MLP_SIZES, lr=0.01, seed=0, impls=MLP_IMPLS):
+def mlp_steps(backend, batch, sizes=MLP_SIZES, lr=0.01, seed=0, impls=MLP_IMPLS, amp=None):
     """{impl: step()} for the ReLU MLP's SGD training step at ``batch``, all from the same initial parameters
     (torch's Linear init, drawn from ``seed``) and on the same fixed batch; each step() returns the loss (an array
     or tensor, unsynchronized). "gpugrad_graph" is gpugrad's step captured once as a CUDA graph and replayed.
@@ -71,6 +71,8 @@ def mlp_steps(backend, batch, sizes=MLP_SIZES, lr=0.01, seed=0, impls=MLP_IMPLS)
         steps["baseline"] = lambda: baseline_mlp_step(backend.xp, bparams, x, t, lr)
     if "gpugrad" in impls:
         steps["gpugrad"] = _gpugrad_mlp_step(backend, host, sizes, x, t, lr)[0]
+    if amp:  # gpugrad's step under autocast (float16: with a GradScaler), in the same run as the float32 one
+        steps[f"gpugrad_{amp}"] = _gpugrad_mlp_step(backend, host, sizes, x, t, lr, amp=amp)[0]
     if "gpugrad_graph" in impls:
         steps["gpugrad_graph"] = (_graphed_mlp_step(backend, host, sizes, x, t, lr) if backend.name == "cuda" else
                                   f"CUDA graphs need a CUDA device, not {backend.name}")
@@ -88,8 +90,11 @@ def _load_host_params(params, host):
             p.copy_(gpugrad.tensor(h, device=p.device))
 
 
-def _gpugrad_mlp_step(backend, host, sizes, x, t, lr, set_to_none=True):
-    """(step, parameters) of a gpugrad model of its own, loaded with ``host``."""
+def _gpugrad_mlp_step(backend, host, sizes, x, t, lr, set_to_none=True, amp=None):
+    """(step, parameters) of a gpugrad model of its own, loaded with ``host``; ``amp`` ("bf16", "fp16"): its forward
+    under autocast, float16's loss scaled by a GradScaler."""
+    import contextlib
+
     import gpugrad
     from gpugrad import nn
     from gpugrad.nn import functional as F
@@ -103,12 +108,20 @@ def _gpugrad_mlp_step(backend, host, sizes, x, t, lr, set_to_none=True):
     _load_host_params(params, host)
     xt, tt = gpugrad.tensor(x, device=backend.device), gpugrad.tensor(t, device=backend.device)
     opt = SGD(params, lr=lr)
+    low = {"bf16": gpugrad.bfloat16, "fp16": gpugrad.float16}.get(amp)
+    scaler = gpugrad.amp.GradScaler(backend.name) if amp == "fp16" else None
 
     def step():
         opt.zero_grad(set_to_none)
-        loss = F.cross_entropy(model(xt), tt)
-        loss.backward()
-        opt.step()
+        with gpugrad.autocast(backend.name, dtype=low) if low else contextlib.nullcontext():
+            loss = F.cross_entropy(model(xt), tt)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         return loss
 
     return step, params
@@ -153,12 +166,12 @@ def _torch_mlp_step(th, dev, host, sizes, x, t, lr):
     return step
 
 
-def run_mlp(backend, timer, batches, repeats=None, tick=None):
+def run_mlp(backend, timer, batches, repeats=None, tick=None, amp=None):
     """Per batch: samples/s of each implementation and its step time relative to the hand-written baseline and to
     PyTorch (None without it)."""
     out = []
     for batch in batches:
-        steps = mlp_steps(backend, batch)
+        steps = mlp_steps(backend, batch, amp=amp)
         entry = {"batch": batch, "sizes": list(MLP_SIZES), "impls": {},
                  "unavailable": {k: v for k, v in steps.items() if isinstance(v, str)}}
         kw = {} if repeats is None else {"repeats": repeats}

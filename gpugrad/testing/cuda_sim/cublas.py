@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 
+import ml_dtypes
 import numpy as np
 
 from gpugrad.testing.cuda_sim import _state
@@ -23,10 +24,21 @@ SUCCESS, NOT_INITIALIZED, INVALID_VALUE, EXECUTION_FAILED, NOT_SUPPORTED = 0, 1,
 OP_N, OP_T = 0, 1
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 GEMM_DEFAULT = -1
-DTYPES = {2: np.float16, 0: np.float32, 1: np.float64}  # CUDA_R_16F, CUDA_R_32F, CUDA_R_64F
-# (A/B type, C type) -> compute types cuBLAS takes for them (cuBLAS docs, cublasGemmEx, the table of types)
+DTYPES = {2: np.float16, 0: np.float32, 1: np.float64, 14: ml_dtypes.bfloat16}  # CUDA_R_16F/32F/64F/16BF
+# (A/B type, C type) -> compute types cuBLAS takes for them (cuBLAS docs, cublasGemmEx, the table of types: 16BF
+# inputs with a 16BF or 32F output compute in CUBLAS_COMPUTE_32F, as 16F ones do)
 ALLOWED = {(2, 2): {COMPUTE_32F, 64}, (0, 0): {COMPUTE_32F, COMPUTE_32F_FAST_TF32}, (1, 1): {COMPUTE_64F},
-           (2, 0): {COMPUTE_32F}}
+           (2, 0): {COMPUTE_32F}, (14, 14): {COMPUTE_32F}, (14, 0): {COMPUTE_32F}}
+
+
+def tf32(x):
+    """float32 values rounded to TF32's 10 mantissa bits (to nearest, ties to even), as CUBLAS_COMPUTE_32F_FAST_TF32
+    rounds the inputs of a float32 product for the tensor cores (cuBLAS docs, cublasComputeType_t; the exact
+    rounding is the hardware's: to confirm on a GPU)."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = (bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000
+    return np.where(finite, rounded, bits).astype(np.uint32).view(np.float32)
 _HANDLE_BASE = 0x7C0B0000  # one handle per device: this plus the device index
 
 
@@ -130,6 +142,8 @@ def _gemm(name, handle, transa, transb, m, n, k, alpha, a, atype, lda, stride_a,
     def run():
         opa = A if transa == OP_N else np.swapaxes(A, 1, 2)
         opb = B if transb == OP_N else np.swapaxes(B, 1, 2)
+        if compute == COMPUTE_32F_FAST_TF32:
+            opa, opb = tf32(opa), tf32(opb)
         out = al * np.matmul(opa.astype(work), opb.astype(work))
         if be != 0:  # as BLAS: beta == 0 never reads C (it may hold NaN)
             out += be * C.astype(work)
