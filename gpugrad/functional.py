@@ -11,12 +11,14 @@ the values with ``gather``, so the gradient goes to the returned indices (torch'
 from __future__ import annotations
 
 import builtins
+import math
 import numbers
 from collections import Counter
 
 import numpy as np
 
 from gpugrad import return_types
+from gpugrad.backend import deferred
 from gpugrad.core.args import canonical_axis, with_dtype
 from gpugrad.core.args import dims as _dim
 from gpugrad.core.args import index_array as _index_array
@@ -25,11 +27,12 @@ from gpugrad.core.registry import composite
 from gpugrad.core.tensor import TensorBase, as_operand
 from gpugrad.core.tensor import make as _make
 from gpugrad.core.tensor import on_own_device as _on_own_device
+from gpugrad.core.views import shares_memory
 from gpugrad.ops.activation import POINTWISE_OPS
 from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace
 from gpugrad.ops.matmul import Matmul
-from gpugrad.ops.movement import Cat, Gather, tensors_of
+from gpugrad.ops.movement import Cat, Diagonal, Gather, tensors_of
 from gpugrad.ops.reduce import Max, Median, Min
 from gpugrad.ops.scan import Cumprod
 
@@ -182,10 +185,13 @@ def argsort(input, dim=-1, descending=False, stable=False):
 @composite("topk")
 def topk(input, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's name
     """The k largest (or smallest) values along ``dim``, in order, and their indices."""
+    # NOTE: as torch, a 0-d tensor gives its element for k = 0 too (its results are 0-d, so they hold one element)
+    n = 1 if not input.ndim and k == 0 else k
+
     def index(xp, x, d):
-        if not 0 <= k <= x.shape[d]:
+        if not 0 <= n <= x.shape[d]:
             raise RuntimeError(f"topk(): selected index k={k} out of range for dimension {d} of size {x.shape[d]}")
-        return _argsort(xp, x, d, largest)[(slice(None),) * d + (slice(0, k),)]
+        return _argsort(xp, x, d, largest)[(slice(None),) * d + (slice(0, n),)]
     return _pick(input, dim, True, index, return_types.topk, "topk", False)
 
 
@@ -291,6 +297,10 @@ def select(input, dim, index):
 
 @composite("movedim")
 def movedim(input, source, destination):
+    if not input.ndim:  # dims 0 and -1 name the one element's place: the tensor itself, as a view
+        for d in _sizes((source,)) + _sizes((destination,)):
+            _axis(input, d, "movedim")
+        return input.permute(())
     src = [_axis(input, s, "movedim") for s in (source if isinstance(source, (tuple, list)) else (source,))]
     dst = [_axis(input, s, "movedim") for s in (destination if isinstance(destination, (tuple, list)) else
                                                 (destination,))]
@@ -329,11 +339,15 @@ def flip(input, *dims, **kw):
 
 @composite("fliplr")
 def fliplr(input):
+    if input.ndim < 2:
+        raise RuntimeError(f"fliplr: Input must be >= 2-d, got a tensor of shape {tuple(input.shape)}.")
     return flip(input, 1)
 
 
 @composite("flipud")
 def flipud(input):
+    if input.ndim < 1:
+        raise RuntimeError("flipud: Input must be >= 1-d, got a 0-d tensor.")
     return flip(input, 0)
 
 
@@ -362,8 +376,14 @@ def repeat(input, *sizes):
     shape = (1,) * (len(sizes) - input.ndim) + tuple(input.shape)
     pairs = [v for n in shape for v in (1, n)]
     big = [v for r, n in zip(sizes, shape) for v in (r, n)]
-    out = input.reshape(pairs).expand(big).reshape([r * n for r, n in zip(sizes, shape)])
+    out = _fresh(input.reshape(pairs).expand(big).reshape([r * n for r, n in zip(sizes, shape)]), input)
     return _named(out, "RepeatBackward0")
+
+
+def _fresh(out, input):
+    """``out`` in memory of its own: a reshape of an expand is a view of ``input`` where NumPy can stride it (a
+    size-1 axis repeated), and repeat, tile and repeat_interleave return new storage, as torch's."""
+    return out.clone() if shares_memory(out, input) else out
 
 
 @composite("tile")
@@ -381,7 +401,7 @@ def repeat_interleave(input, repeats, dim=None, *, output_size=None):
     d = _axis(input, dim, "repeat_interleave")
     if isinstance(repeats, numbers.Integral):
         x = input.unsqueeze(d + 1)
-        return x.expand(x.shape[:d + 1] + (int(repeats),) + x.shape[d + 2:]).flatten(d, d + 1)
+        return _fresh(x.expand(x.shape[:d + 1] + (int(repeats),) + x.shape[d + 2:]).flatten(d, d + 1), input)
     xp = input._backend.xp
     reps = _index_array(repeats, input, "repeat_interleave")
     return index_select(input, d, xp.repeat(xp.arange(input.shape[d]), reps))
@@ -408,22 +428,12 @@ def triu(input, diagonal=0):
     return _triangle(input, diagonal, False)
 
 
-@composite("diagonal")
-@_on_own_device
-def diagonal(input, offset=0, dim1=0, dim2=1):
-    """The diagonal (offset above it if > 0, below if < 0) of the planes (dim1, dim2), as the last dim."""
-    x = movedim(input, (dim1, dim2), (-2, -1))
-    n = builtins.max(builtins.min(x.shape[-2] + builtins.min(offset, 0), x.shape[-1] - builtins.max(offset, 0)), 0)
-    i = x._backend.xp.arange(n)
-    return _named(x[..., i - builtins.min(offset, 0), i + builtins.max(offset, 0)], "DiagonalBackward0")
-
-
 @composite("diag")
 @_on_own_device
 def diag(input, diagonal=0):
     """A 1-D tensor placed on a diagonal of a square matrix, or a matrix's diagonal."""
     if input.ndim == 2:
-        return globals()["diagonal"](input, diagonal)
+        return Diagonal.diagonal(input, diagonal)
     if input.ndim != 1:
         raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {input.ndim}D")
     n, k = input.shape[0], abs(diagonal)
@@ -436,15 +446,27 @@ def diag(input, diagonal=0):
 def trace(input):
     if input.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.ndim}")
-    return _named(diagonal(input).sum(), "TraceBackward0")
+    return _named(Diagonal.diagonal(input).sum(), "TraceBackward0")
 
 
 @composite("index_select")
+@_on_own_device
 def index_select(input, dim, index):
+    """The entries at ``index`` (a vector of ids in [0, n): a negative id is an error, as in torch, not a count from
+    the end) along ``dim``."""
     idx = _index_array(index, input, "index_select")
     if idx.ndim > 1:
         raise IndexError(f"index_select(): Index is supposed to be a vector, got shape {tuple(idx.shape)}")
-    return _named(_along(input, _axis(input, dim, "index_select"), idx.reshape(-1)), "IndexSelectBackward0")
+    d = _axis(input, dim, "index_select")
+    if not input.ndim and idx.size != 1:
+        raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {idx.size} value(s)")
+    n = input.shape[d] if input.ndim else 1
+    # checked without a sync on CUDA (backend/deferred.py): raised now on the CPU, at the next read on CUDA
+    deferred.check_range(idx, n, IndexError, f"index_select(): index out of range in self: ids must lie in [0, {n}) "
+                         f"along dim {d} of the input {tuple(input.shape)}, got min {{lo}} and max {{hi}}")
+    if not input.ndim:
+        return _named(input.reshape(1)[idx.reshape(-1)].reshape(()), "IndexSelectBackward0")
+    return _named(_along(input, d, idx.reshape(-1)), "IndexSelectBackward0")
 
 
 @composite("masked_select")
@@ -473,9 +495,19 @@ def round(input, *, decimals=0):  # noqa: A001 - torch's name
 
 @composite("take_along_dim")
 def take_along_dim(input, indices, dim=None):
+    """``input``'s entries at ``indices`` along ``dim`` (over the flattened input without one); the other dims
+    broadcast against each other, as torch's (gather's index is cut to the input instead)."""
     if dim is None:
         return input.reshape(-1).gather(0, indices.reshape(-1))
-    return input.gather(dim, indices)
+    d = _axis(input, dim, "take_along_dim")
+    if input.ndim != indices.ndim:
+        raise RuntimeError(f"take_along_dim(): input and indices should have the same number of dimensions, but got "
+                           f"{input.ndim} dimensions for input, and {indices.ndim} dimensions for indices")
+    if input.ndim:
+        rest = np.broadcast_shapes(*(tuple(t.shape[:d]) + (1,) + tuple(t.shape[d + 1:]) for t in (input, indices)))
+        input = input.expand(rest[:d] + (input.shape[d],) + rest[d + 1:])
+        indices = indices.expand(rest[:d] + (indices.shape[d],) + rest[d + 1:])
+    return input.gather(d, indices)
 
 
 @composite("nonzero")
@@ -563,7 +595,17 @@ def ger(input, vec2):
 # -- comparisons ------------------------------------------------------------------------------------------------------
 @composite("isclose")
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    if isinstance(other, TensorBase) and other.dtype != input.dtype:  # as torch: no promotion
+        raise RuntimeError(f"isclose(): {_TORCH_NAMES.get(input.dtype, input.dtype)} did not match "
+                           f"{_TORCH_NAMES.get(other.dtype, other.dtype)}: input is {input.dtype} and other "
+                           f"{other.dtype}; convert one with .to(dtype)")
     return input._values("isclose", other, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+_TORCH_NAMES = {np.dtype(k): v for k, v in (("float16", "Half"), ("float32", "Float"), ("float64", "Double"),
+                                            ("int8", "Char"), ("uint8", "Byte"), ("int16", "Short"), ("int32", "Int"),
+                                            ("int64", "Long"), ("bool", "Bool"), ("complex64", "ComplexFloat"),
+                                            ("complex128", "ComplexDouble"))}
 
 
 @composite("allclose")
@@ -582,6 +624,10 @@ def transpose(input, dim0=None, dim1=None):
     """The view with ``dim0`` and ``dim1`` swapped (all axes reversed without them)."""
     if dim0 is None:
         return input.permute(tuple(reversed(range(input.ndim))))
+    if not input.ndim:  # dims 0 and -1 both name the one element's place, as in torch
+        _axis(input, dim0, "transpose")
+        _axis(input, dim1, "transpose")
+        return _named(input.permute(()), "TransposeBackward0")
     axes = list(range(input.ndim))
     axes[dim0], axes[dim1] = axes[dim1], axes[dim0]
     return _named(input.permute(tuple(axes)), "TransposeBackward0")
@@ -591,16 +637,21 @@ def transpose(input, dim0=None, dim1=None):
 def t(input):
     """The transpose of a matrix (a vector or a number as it is)."""
     if input.ndim > 2:
-        raise ValueError(f"t() expects a tensor with <= 2 dimensions, got {input.ndim}; use transpose(d0, d1)")
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.ndim}D; use "
+                           "transpose(dim0, dim1)")
     return _named(input.permute(tuple(reversed(range(input.ndim)))), "TBackward0")
 
 
 @composite("flatten")
 def flatten(input, start_dim=0, end_dim=-1):
-    nd = builtins.max(input.ndim, 1)
-    s, e = start_dim % nd, end_dim % nd
-    shape = input.shape[:s] + (-1,) + input.shape[e + 1:] if input.ndim else (1,)
-    return input.reshape(shape)
+    s, e = _axis(input, start_dim, "flatten"), _axis(input, end_dim, "flatten")
+    if s > e:
+        raise RuntimeError(f"flatten() has invalid args: start_dim cannot come after end_dim (got {start_dim} and "
+                           f"{end_dim} for a tensor of shape {tuple(input.shape)})")
+    if not input.ndim:
+        return input.reshape(1)
+    # the flattened size, not -1: with an empty dim elsewhere, -1 would be ambiguous
+    return input.reshape(input.shape[:s] + (math.prod(input.shape[s:e + 1]),) + input.shape[e + 1:])
 
 
 @composite("masked_fill", inplace=True)

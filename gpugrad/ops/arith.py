@@ -6,7 +6,7 @@ import numbers
 
 from gpugrad.core.op import Op
 from gpugrad.core.registry import REGISTRY, register
-from gpugrad.core.tensor import TensorBase, as_operand
+from gpugrad.core.tensor import TensorBase, as_operand, new
 
 
 @register("add", inplace=True)
@@ -262,5 +262,29 @@ class Clamp(Op):
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         if not isinstance(min, TensorBase) and not isinstance(max, TensorBase):
             return Clamp.apply(input, lo=min, hi=max)
-        x = input if min is None else Where.apply(as_operand(min, input), input, cond=(input < min)._data)
-        return x if max is None else Where.apply(as_operand(max, input), x, cond=(x > max)._data)
+        return _clamp_to_tensors(input, None if min is None else as_operand(min, input),
+                                 None if max is None else as_operand(max, input))
+
+
+def _clamp_to_tensors(x, lo, hi):
+    """clamp with Tensor bounds, torch's values and gradients (clamp_backward_min_max): x where lo <= x <= hi, lo where
+    x < lo < hi, hi where x > hi or hi < lo, lo (= hi) with no gradient where x is beyond lo == hi; NaN wherever x or a
+    bound is NaN, with no gradient (each comparison with NaN is False)."""
+    if hi is None:
+        take = ((x, x >= lo), (lo, x < lo))
+    elif lo is None:
+        take = ((x, x <= hi), (hi, x > hi))
+    else:
+        take = ((x, (x >= lo) & (x <= hi)), (lo, (x < lo) & (lo < hi)), (hi, (x > hi) | (hi < lo)))
+    nan = x.isnan()
+    for b in (lo, hi):
+        if isinstance(b, TensorBase):
+            nan = nan | b.isnan()
+        elif b is not None and b != b:
+            nan = nan | True
+    rest = lo if lo is not None else hi  # reached only where lo == hi (or through a NaN)
+    rest = rest.detach() if isinstance(rest, TensorBase) else new(rest, dtype=x.dtype, device=x.device)
+    y = Where.apply(float("nan"), rest, cond=nan._data)
+    for value, mask in reversed(take):
+        y = Where.apply(value, y, cond=mask._data)
+    return y

@@ -156,6 +156,46 @@ class Unsqueeze(Op):
         return _reshaped_view(Unsqueeze.apply(input, axis=dims(dim, False, kw, "unsqueeze")["axis"]), input)
 
 
+@register("diagonal")
+class Diagonal(Op):
+    """y = the diagonal of the planes (dim1, dim2) of x (``offset`` above the main one if > 0, below if < 0), as the
+    last dim: a view, so writes into x show in y and writes into y reach x, as torch's.
+    VJP: gx = zeros of x's shape with gy written on that diagonal."""
+    linear = True
+
+    def forward(self, xp, x):
+        self.in_shape = x.shape
+        if x.ndim < 2:
+            raise RuntimeError(f"diagonal(): expected a tensor with at least 2 dimensions, got shape {x.shape}")
+        self.d1, self.d2 = (canonical_axis(d, x.ndim, "diagonal") for d in (self.dim1, self.dim2))
+        if self.d1 == self.d2:
+            raise RuntimeError(f"diagonal dimensions cannot be identical {self.dim1}, {self.dim2}")
+        return diagonal_view(x, self.offset, self.d1, self.d2)
+
+    def backward(self, xp, gy):
+        gx = xp.zeros(self.in_shape, dtype=gy.dtype)
+        diagonal_view(gx, self.offset, self.d1, self.d2)[...] = gy
+        return gx
+
+    def jvp_batched(self, ts, out, batch):
+        return Diagonal.apply(ts[0], offset=self.offset, dim1=self.d1 + 1, dim2=self.d2 + 1)
+
+    @staticmethod
+    def diagonal(input, offset=0, dim1=0, dim2=1):
+        """The diagonal ``offset`` of the planes (dim1, dim2) as the last dim: a view (DiagonalBackward0)."""
+        out = Diagonal.apply(input, offset=offset, dim1=dim1, dim2=dim2)
+        d1, d2 = dim1 % input.ndim, dim2 % input.ndim
+        return mark_view(out, input, lambda a: diagonal_view(a, offset, d1, d2))
+
+
+def diagonal_view(a, offset, d1, d2):
+    """``a.diagonal(...)``, writable where ``a`` is: NumPy marks its diagonals read-only (CuPy's are writable)."""
+    y = a.diagonal(offset, d1, d2)
+    if not getattr(y.flags, "writeable", True) and a.flags.writeable:
+        y.flags.writeable = True
+    return y
+
+
 def _reshaped_view(out, input):
     shape = out.shape
     return mark_view(out, input, lambda a: a.reshape(shape))

@@ -37,13 +37,14 @@ class Remainder(Op):
     elementwise = double_backward = promotes = True
 
     def forward(self, xp, a, b):
-        self.save_for_backward(a, b)
+        if self.needs_input_grad[1]:  # only b's gradient reads the inputs (a's is gy): torch saves nothing else
+            self.save_for_backward(a, b)
         return xp.remainder(a, b) if self.op_name == "remainder" else xp.fmod(a, b)
 
     def backward(self, xp, gy):
-        a, b = self.saved
         if not self.needs_input_grad[1]:
             return gy, None
+        a, b = self.saved
         return gy, -gy * (a // b if self.op_name == "remainder" else xp.trunc(a / b))
 
     @staticmethod

@@ -138,4 +138,19 @@ class LogSumExp(KernelOp):
 
     @staticmethod
     def logsumexp(input, dim=-1, keepdim=False, **kw):
-        return LogSumExp.apply(input, **dims(dim, keepdim, kw, "logsumexp"))
+        """log Σ e^x over ``dim``: an int, or a tuple of dims (moved last and flattened: one row each)."""
+        a = dims(dim, keepdim, kw, "logsumexp")
+        axis = a["axis"]
+        if isinstance(axis, int) or not input.ndim:
+            return LogSumExp.apply(input, axis=axis if isinstance(axis, int) else -1, keepdims=a["keepdims"])
+        axes = sorted({canonical_axis(d, input.ndim, "logsumexp") for d in (range(input.ndim) if axis is None
+                                                                              else axis)})
+        if axis is not None and len(axes) != len(axis):
+            raise RuntimeError(f"logsumexp: dim {axis} appears multiple times in the list of dims")
+        rest = [d for d in range(input.ndim) if d not in axes]
+        moved = input.permute(rest + axes)
+        rows = moved.reshape(tuple(moved.shape[:len(rest)]) + (math.prod(moved.shape[len(rest):]),))
+        y = LogSumExp.apply(rows, axis=-1, keepdims=False)
+        if a["keepdims"]:
+            y = y.reshape(tuple(1 if d in axes else n for d, n in enumerate(input.shape)))
+        return y

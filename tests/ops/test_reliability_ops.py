@@ -1,0 +1,215 @@
+"""Ops that gave wrong numbers without an error, or raised where torch computes (issue #21, second pass): copies
+that were views, range checks torch makes, NaN values and bounds, integer construction, and the op-level findings of
+the registry-wide fuzzer (tests/fuzz). Each value is a closed form, checked against torch where the fixture exists."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import gpugrad
+import gpugrad.nn.functional as F
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _values(t):
+    return t.detach().numpy()
+
+
+# -- 2. repeat, tile and repeat_interleave return new storage -----------------------------------------------------------
+COPIES = {  # each on inputs whose repeats NumPy can express as a view (a stride 0): a (1,) and a (2, 1) tensor
+    "repeat": lambda x: x.repeat(*(3,) * x.ndim),
+    "tile": lambda x: x.tile((1, 3) if x.ndim == 2 else (3,)),
+    "repeat_interleave": lambda x: x.repeat_interleave(3),
+    "repeat_interleave_dim": lambda x: x.repeat_interleave(3, dim=x.ndim - 1),
+    "repeat_interleave_tensor": lambda x: x.repeat_interleave(gpugrad.tensor([3] * x.shape[0]), dim=0),
+}
+INPUTS = [[1.0], [[1.0], [2.0]]]
+
+
+@pytest.mark.parametrize("values", INPUTS, ids=["1", "2x1"])
+@pytest.mark.parametrize("name", list(COPIES))
+def test_repeats_are_copies(name, values):
+    x = gpugrad.tensor(values)
+    r = COPIES[name](x)
+    flat = r.reshape(-1)
+    before = _values(r).copy()
+    r[(0,) * r.ndim] = 5.0  # one element, not every copy of x[0]
+    assert _values(r).reshape(-1)[0] == 5.0 and (_values(r).reshape(-1)[1:] == before.reshape(-1)[1:]).all()
+    assert _values(x).tolist() == values
+    x.add_(1.0)  # the input's later change does not reach the copy
+    assert (_values(r).reshape(-1)[1:] == before.reshape(-1)[1:]).all()
+    r.add_(1.0)  # and the copy can be written in place
+    assert _values(r).reshape(-1)[0] == 6.0 and flat.shape == (r.numel(),)
+
+
+@pytest.mark.parametrize("values", INPUTS, ids=["1", "2x1"])
+@pytest.mark.parametrize("name", list(COPIES))
+def test_repeats_are_copies_like_torch(torch, name, values):
+    tx, gx = torch.tensor(values), gpugrad.tensor(values)
+    if name == "repeat_interleave_tensor":
+        tr = tx.repeat_interleave(torch.tensor([3] * tx.shape[0]), dim=0)
+    else:
+        tr = COPIES[name](tx)
+    gr = COPIES[name](gx)
+    tr[(0,) * tr.dim()], gr[(0,) * gr.ndim] = 5.0, 5.0
+    tx.add_(1.0)
+    gx.add_(1.0)
+    tr.add_(1.0)
+    gr.add_(1.0)
+    np.testing.assert_array_equal(_values(gr), tr.numpy())
+
+
+def test_repeat_keeps_its_gradient_and_node_name():
+    x = gpugrad.tensor([1.0, 2.0], requires_grad=True)
+    r = x.repeat(3)
+    assert r.grad_fn.name() == "RepeatBackward0"
+    (r * gpugrad.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])).sum().backward()
+    assert x.grad.tolist() == [9.0, 12.0]  # 1 + 3 + 5, 2 + 4 + 6
+
+
+def test_repeat_interleave_of_an_empty_tensor_is_empty(torch):
+    got = gpugrad.zeros(2, 4, 0).repeat_interleave(2, dim=0)
+    assert tuple(got.shape) == tuple(torch.zeros(2, 4, 0).repeat_interleave(2, dim=0).shape) == (4, 4, 0)
+
+
+def test_flatten_of_an_empty_tensor_keeps_its_sizes(torch):
+    for shape, args in (((2, 0, 3), (0, 1)), ((0, 4), ()), ((3, 0), (1,))):
+        assert tuple(gpugrad.zeros(*shape).flatten(*args).shape) == tuple(torch.zeros(*shape).flatten(*args).shape)
+
+
+# -- 3. a complex cast of a tensor that requires grad ---------------------------------------------------------------------
+def test_complex_cast_of_a_tensor_that_requires_grad_is_refused():
+    x = gpugrad.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="complex"):
+        x.to(gpugrad.complex64)
+    with gpugrad.no_grad():
+        assert x.to(gpugrad.complex64).dtype == gpugrad.complex64  # no graph asked for: the cast is fine
+    assert x.detach().to(gpugrad.complex128).tolist() == [1 + 0j, 2 + 0j]
+
+
+# -- 4. range checks torch makes ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", [2.0, NAN, -0.5])
+def test_binary_cross_entropy_refuses_a_target_outside_0_1(target):
+    with pytest.raises(RuntimeError, match="all elements of target should be between 0 and 1"):
+        F.binary_cross_entropy(gpugrad.tensor([0.5, 0.5]), gpugrad.tensor([target, 0.0]))
+
+
+@pytest.mark.parametrize("target", [2.0, NAN, -0.5])
+def test_binary_cross_entropy_target_check_like_torch(torch, target):
+    with pytest.raises(RuntimeError, match="all elements of target should be between 0 and 1"):
+        torch.nn.functional.binary_cross_entropy(torch.tensor([0.5, 0.5]), torch.tensor([target, 0.0]))
+
+
+def test_binary_cross_entropy_refuses_a_nan_input():
+    with pytest.raises(RuntimeError, match="all elements of input should be between 0 and 1"):
+        F.binary_cross_entropy(gpugrad.tensor([NAN]), gpugrad.tensor([0.0]))
+
+
+def test_binary_cross_entropy_at_the_edges_of_the_range_matches_torch(torch):
+    x, t = [0.0, 1.0, 0.25], [0.0, 1.0, 1.0]
+    got = F.binary_cross_entropy(gpugrad.tensor(x), gpugrad.tensor(t), reduction="none")
+    want = torch.nn.functional.binary_cross_entropy(torch.tensor(x), torch.tensor(t), reduction="none")
+    np.testing.assert_allclose(_values(got), want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("ids", [[-1], [3], [0, -2]])
+def test_index_select_refuses_ids_out_of_range(ids):
+    with pytest.raises(IndexError, match="index out of range"):
+        gpugrad.tensor([1.0, 2.0, 3.0]).index_select(0, gpugrad.tensor(ids))
+
+
+def test_index_select_refuses_ids_out_of_range_like_torch(torch):
+    with pytest.raises(IndexError, match="index out of range"):
+        torch.tensor([1.0, 2.0, 3.0]).index_select(0, torch.tensor([-1]))
+
+
+def test_kl_div_of_a_negative_target_is_nan(torch):
+    x, t = [-1.0, -2.0], [-0.5, 0.5]
+    got = F.kl_div(gpugrad.tensor(x), gpugrad.tensor(t), reduction="none")
+    want = torch.nn.functional.kl_div(torch.tensor(x), torch.tensor(t), reduction="none")
+    assert math.isnan(_values(got)[0]) and math.isnan(want[0].item())
+    assert _values(got)[1] == pytest.approx(0.5 * (math.log(0.5) + 2.0)) == pytest.approx(want[1].item())
+    assert _values(F.kl_div(gpugrad.tensor([-1.0]), gpugrad.tensor([0.0]), reduction="sum")) == 0.0  # 0 log 0 = 0
+
+
+def test_tensor_of_ints_beyond_int64_raises():
+    with pytest.raises(ValueError, match="Overflow"):
+        gpugrad.tensor([2 ** 62 + 1, 2 ** 63])
+    with pytest.raises(ValueError, match="Overflow"):
+        gpugrad.tensor([[1], [-2 ** 63 - 1]])
+
+
+def test_tensor_of_ints_that_fit_keeps_every_digit(torch):
+    values = [2 ** 62 + 1, -2 ** 63, 2 ** 63 - 1]
+    t = gpugrad.tensor(values)
+    assert t.dtype == gpugrad.int64 and t.tolist() == values == torch.tensor(values).tolist()
+    assert gpugrad.tensor([2 ** 62 + 1, 1.5]).dtype == torch_float(torch, [2 ** 62 + 1, 1.5])
+
+
+def torch_float(torch, values):
+    return {torch.float32: gpugrad.float32, torch.float64: gpugrad.float64}[torch.tensor(values).dtype]
+
+
+# -- NaN values and bounds ------------------------------------------------------------------------------------------------
+def test_clamp_with_a_nan_tensor_bound_gives_nan(torch):
+    x, hi, lo = [1.0, -2.0, 0.5], [NAN, 0.0, 1.0], [-1.0, NAN, 0.0]
+    for kw in ({"max": hi}, {"min": lo}, {"min": lo, "max": hi}):
+        got = gpugrad.tensor(x).clamp(**{k: gpugrad.tensor(v) for k, v in kw.items()})
+        want = torch.tensor(x).clamp(**{k: torch.tensor(v) for k, v in kw.items()})
+        np.testing.assert_array_equal(_values(got), want.numpy())
+    assert np.isnan(_values(gpugrad.tensor(x).clamp(max=gpugrad.tensor(hi)))[0])
+
+
+def test_clamp_with_a_nan_bound_sends_the_gradient_to_the_bound(torch):
+    x, hi = [1.0, -2.0], [NAN, 0.0]
+    gx, gh = gpugrad.tensor(x, requires_grad=True), gpugrad.tensor(hi, requires_grad=True)
+    tx, th = torch.tensor(x, requires_grad=True), torch.tensor(hi, requires_grad=True)
+    gx.clamp(max=gh).sum().backward()
+    tx.clamp(max=th).sum().backward()
+    np.testing.assert_array_equal(gx.grad.numpy(), tx.grad.numpy())
+    np.testing.assert_array_equal(gh.grad.numpy(), th.grad.numpy())
+
+
+def test_sign_of_nan_is_zero_and_of_integers_their_sign(torch):
+    x = [NAN, -2.5, 0.0, 3.0, -0.0]
+    assert _values(gpugrad.tensor(x).sign()).tolist() == [0.0, -1.0, 0.0, 1.0, 0.0] == torch.tensor(x).sign().tolist()
+    ints = [-3, 0, 2]
+    got = gpugrad.tensor(ints).sign()
+    assert got.dtype == gpugrad.int64 and got.tolist() == [-1, 0, 1] == torch.tensor(ints).sign().tolist()
+
+
+def test_nll_loss_ignores_a_row_holding_nan(torch):
+    x, t = [[NAN, 0.0], [1.0, 2.0]], [-100, 1]
+    for reduction in ("mean", "sum", "none"):
+        got = F.nll_loss(gpugrad.tensor(x), gpugrad.tensor(t), reduction=reduction)
+        want = torch.nn.functional.nll_loss(torch.tensor(x), torch.tensor(t), reduction=reduction)
+        np.testing.assert_array_equal(_values(got), want.numpy())
+    assert F.nll_loss(gpugrad.tensor(x), gpugrad.tensor(t)).item() == -2.0
+
+
+def test_logsumexp_over_a_tuple_of_dims(torch):
+    a = np.random.default_rng(0).standard_normal((2, 3, 4))
+    for d, keep in (((0, 1), False), ((0, 2), True), ((-1, 0), False)):
+        got = gpugrad.tensor(a).logsumexp(d, keep)
+        want = torch.tensor(a).logsumexp(d, keep)
+        np.testing.assert_allclose(_values(got), want.numpy(), rtol=1e-12)
+    x = gpugrad.tensor(a, requires_grad=True)
+    x.logsumexp((0, 1)).sum().backward()  # d/dx lse over (0, 1) = softmax over those axes
+    e = np.exp(a - a.max((0, 1), keepdims=True))
+    np.testing.assert_allclose(x.grad.numpy(), e / e.sum((0, 1), keepdims=True), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["abs_", "neg_"])
+def test_abs_and_neg_in_place(torch, name):
+    g, t = gpugrad.tensor([-1.5, 0.0, 2.0]), torch.tensor([-1.5, 0.0, 2.0])
+    assert getattr(g, name)() is g
+    getattr(t, name)()
+    assert g.tolist() == t.tolist() == ([1.5, 0.0, 2.0] if name == "abs_" else [1.5, -0.0, -2.0])
+    x = gpugrad.tensor([-1.5, 2.0], requires_grad=True)
+    y = x * 1.0
+    getattr(y, name)()
+    y.sum().backward()
+    assert x.grad.tolist() == ([-1.0, 1.0] if name == "abs_" else [-1.0, -1.0])
