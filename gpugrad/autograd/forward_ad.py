@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
+from gpugrad.core.forward import tangent_of
 from gpugrad.core.forward_state import STATE, pause, set_tangent
 from gpugrad.core.tensor import TensorBase
 
@@ -99,7 +100,7 @@ def make_batched_dual(tensor, tangents):
 
 def unpack_dual(tensor, *, level=None):
     """(primal, tangent): the primal as a view without the tangent; the tangent, or None."""
-    tangent = getattr(tensor, "_fw_grad", None) if STATE.level is not None else None
+    tangent = tangent_of(tensor) if STATE.level is not None else None  # a view's: its base's, viewed
     if tangent is None:
         return UnpackedDualTensor(tensor, None)
     with pause():

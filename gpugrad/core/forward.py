@@ -7,22 +7,24 @@ grad, the JVP is computed with recorded Tensor ops, so reverse mode over forward
 """
 from __future__ import annotations
 
+import weakref
+
+from gpugrad.backend import on
 from gpugrad.core import tensor_xp
 from gpugrad.core.forward_state import STATE, pause, set_tangent
 from gpugrad.core.grad_mode import STATE as _GRAD
 from gpugrad.core.grad_mode import no_grad
 from gpugrad.core.registry import REGISTRY
 from gpugrad.core.tensor import TensorBase, make
+from gpugrad.core.views import shadow
 
 
-def propagate(fn, args, datas, result, params):
+def propagate(fn, args, datas, result, params, tangents=None):
     """Give ``result`` (the output of op instance ``fn`` on ``args`` with keyword ``params``) its tangent, if an
-    input has one."""
+    input has one (``tangents``: the inputs' tangents, when one direction of a batch is taken at a time)."""
 
-    tangents = [a._fw_grad if isinstance(a, TensorBase) else None for a in args]
-    if STATE.batch is not None:
-        tangents = [_batched_view_tangent(a) if t is not None and a._base is not None else t
-                    for a, t in zip(args, tangents)]
+    if tangents is None:
+        tangents = [tangent_of(a) for a in args]
     if all(t is None for t in tangents) or result._data.dtype.kind != "f":
         return
     differentiable = _GRAD.enabled and any(
@@ -48,8 +50,10 @@ def propagate(fn, args, datas, result, params):
         if fn.linear:
             out = _linear_jvp(type(fn), args, tangents, params, differentiable)
         elif differentiable:  # recorded Tensor ops: reverse mode can differentiate the tangent (Hessian products)
-
-            out = fn.jvp(tensor_xp, tuple(args), result, tangents)
+            ins = tuple(args)
+            if STATE.writing is not None:  # an in-place op: its JVP reads the values it is about to overwrite
+                ins = _before_the_write(fn, ins, STATE.writing)
+            out = fn.jvp(tensor_xp, ins, result, tangents)
         else:  # arrays and fast paths (the *_bwd kernels on CUDA)
             be = result._backend
             jvp = getattr(fn, "jvp_" + be.name, None) or fn.jvp
@@ -63,6 +67,56 @@ def propagate(fn, args, datas, result, params):
     finally:
         STATE.paused = was
     _finish(result, out)
+
+
+def _before_the_write(fn, ins, target):
+    """torch's JVP formulas of in-place ops read the original self: the node's saved copies of ``target`` (which the
+    in-place op overwrites next) and the inputs sharing its memory become private copies with its history and
+    tangent (views.shadow), so the tangent's graph survives the write."""
+    fn.unshare_saved(target)
+    counter = target._version_counter
+    return tuple(shadow(a._data, ("in", a, 0))[1][1] if isinstance(a, TensorBase) and a._version_counter is counter
+                 else a for a in ins)
+
+
+def tangent_of(t):
+    """``t``'s tangent at the active level (None for a number or a tensor without one). A view of a tensor with a
+    tangent has the view of that tangent, as in torch: made (or made again) from the base's tangent when it is read,
+    so it follows the base's in-place writes (a view that was given a tangent of its own by make_dual keeps it while
+    its base has none)."""
+    if not isinstance(t, TensorBase):
+        return None
+    base = t._base
+    if base is None or t._view_fn is None or base._fw_grad is None:
+        return t._fw_grad
+    if STATE.batch is not None:
+        return _batched_view_tangent(t)
+    bt = base._fw_grad
+    seen = _DERIVED.get(id(t))
+    if seen is not None and seen[0]() is t and seen[1]() is bt and t._fw_grad is not None:
+        return t._fw_grad
+    with pause():
+        if _GRAD.enabled and bt._requires_grad:
+            tv = REGISTRY["as_view"].apply(bt, view_fn=t._view_fn)
+        else:
+            tv = make(t._view_fn(bt._data), bt._backend)
+    set_tangent(t, tv)
+    key = id(t)
+    _DERIVED[key] = (weakref.ref(t, lambda _, k=key: _DERIVED.pop(k, None)), weakref.ref(bt))
+    return tv
+
+
+_DERIVED = {}  # id(view) -> (the view, the base tangent its tangent was made from), weakly: Tensors compare by value
+
+
+def inplace_result(target, result_fn):
+    """``result_fn()``, the out-of-place values of an in-place op on ``target``, computed while a dual level is
+    active: the differentiable JVPs it runs read private copies of ``target`` (see _before_the_write)."""
+    was, STATE.writing = STATE.writing, target
+    try:
+        return result_fn()
+    finally:
+        STATE.writing = was
 
 
 def _finish(result, out):
@@ -106,56 +160,61 @@ def _per_direction(fn, args, datas, result, params, tangents):
     STATE.batch = None
     try:
         for i in range(b):
-            for a, t in zip(args, tangents):
-                if isinstance(a, TensorBase):
-                    with pause():
-                        a._fw_grad = t[i] if t is not None else None
-            propagate(fn, args, datas, result, params)
+            propagate(fn, args, datas, result, params, [t[i] if t is not None else None for t in tangents])
             outs.append(result._fw_grad)
     finally:
         STATE.batch = b
-        for a, t in zip(args, tangents):
-            if isinstance(a, TensorBase):
-                a._fw_grad = t
     result._fw_grad = None
     with pause():
         _finish(result, REGISTRY["stack"].apply(*[o if o is not None else result.detach() * 0 for o in outs], axis=0))
 
 
 def write_tangent(tensor, new):
-    """``tensor`` was changed in place and its new values have tangent ``new`` (None: zero). The tangent is written
-    into the existing tangent buffer, so views of it (the tangents of views of ``tensor``) see the change, as in
-    torch; a view without a tangent writes into its base's (created as zeros if needed)."""
+    """``tensor`` was changed in place and its new values have tangent ``new`` (None: zero). A tensor that is not a
+    view takes ``new`` as its tangent (the old one is left as it was: tangents other nodes saved stay valid); a view
+    writes ``new`` into its region of its base's tangent (a CopySlices of it, recorded when the tangents carry a
+    graph), and its tangent and its fellow views' are made again from that when read (tangent_of)."""
 
     if STATE.level is None:
         return
-    old = tensor._fw_grad
-    if (new is not None and new._requires_grad) or (old is not None and old._requires_grad):
-        if new is not None:  # a tangent with a graph of its own is rebound, not overwritten
-            set_tangent(tensor, new)
+    base, view_fn = tensor._base, tensor._view_fn
+    if new is not None and new._data.dtype != tensor._data.dtype:  # x32.mul_(y64): the values were cast too
+        with pause():
+            new = new.to(dtype=tensor.dtype)
+    if base is None or view_fn is None:
+        if new is not None or tensor._fw_grad is not None:
+            set_tangent(tensor, new if new is not None else _zeros_of(tensor, tensor._data.shape))
         return
-    xp, batch = tensor._backend.xp, STATE.batch
-    if batch is not None and tensor._base is not None and tensor._view_fn is not None:
-        old = None  # a view's batched tangent is a stacked copy, not a view: write through to the base's
-    if old is None and tensor._base is not None and tensor._view_fn is not None:
-        base = tensor._base
-        if base._fw_grad is None:
-            shape = base._data.shape if batch is None else (batch, *base._data.shape)
-            set_tangent(base, make(xp.zeros(shape, dtype=base._data.dtype), base._backend))
-        if batch is None:
-            old = make(tensor._view_fn(base._fw_grad._data), tensor._backend)
-        else:  # one view per direction: written into each, and the view keeps its own (B, ...) copy
-            for i in range(batch):
-                tensor._view_fn(base._fw_grad._data[i])[...] = 0 if new is None else new._data[i]
-            old = None
-        if old is not None:
-            set_tangent(tensor, old)
-    if old is None:
-        set_tangent(tensor, new if new is not None else make(xp.zeros_like(tensor._data), tensor._backend))
-    elif new is None:
-        old._data[...] = 0
-    else:
-        old._data[...] = new._data
+    bt = base._fw_grad
+    if bt is None:
+        if new is None:  # nothing carries a tangent; a dual made of this view has constants now
+            if tensor._fw_grad is not None:
+                set_tangent(tensor, _zeros_of(tensor, tensor._data.shape))
+            return
+        bt = _zeros_of(base, base._data.shape)
+    set_tangent(base, _written(bt, new, view_fn))
+    tensor._fw_grad = None  # made again from the base's (tangent_of)
+
+
+def _zeros_of(t, shape):
+    shape = shape if STATE.batch is None else (STATE.batch, *shape)
+    be = t._backend
+    with on(be):
+        return make(be.xp.zeros(shape, dtype=t._data.dtype), be)
+
+
+def _written(bt, new, view_fn):
+    """The base tangent ``bt`` with the region ``view_fn`` picks replaced by ``new`` (None: zeros)."""
+    with pause():
+        if STATE.batch is None and _GRAD.enabled and (bt._requires_grad or new is not None and new._requires_grad):
+            return REGISTRY["copy_slices"].apply(bt, 0 if new is None else new, view_fn=view_fn)
+        be = bt._backend
+        with on(be):
+            out = bt._data.copy()
+            for i in range(STATE.batch or 1):  # a batch: the region of each direction
+                region = view_fn(out[i] if STATE.batch else out)
+                region[...] = 0 if new is None else (new._data[i] if STATE.batch else new._data)
+        return make(out, be)
 
 
 def _linear_jvp(cls, args, tangents, params, differentiable):
@@ -166,8 +225,11 @@ def _linear_jvp(cls, args, tangents, params, differentiable):
     for a, t in zip(args, tangents):
         if t is not None:
             ins.append(t)
-        elif isinstance(a, TensorBase):
-            ins.append(a.detach() * 0 if a._data.dtype.kind == "f" else a)
+        elif isinstance(a, TensorBase):  # zeros, not a * 0: an inf or NaN of a must not reach the tangent
+            if a._data.dtype.kind == "f":
+                with on(a._backend):
+                    a = make(a._backend.xp.zeros(a._data.shape, dtype=a._data.dtype), a._backend)
+            ins.append(a)
         else:
             ins.append(0 if isinstance(a, (int, float)) and not isinstance(a, bool) else a)
     if differentiable:

@@ -14,6 +14,7 @@ class _State:
     batch = None  # B when tangents carry B directions at once, shape (B, *primal.shape): make_batched_dual
     paused = False  # set while a JVP runs, so the ops computing a tangent carry no tangents of their own
     duals = None  # weakrefs to tensors holding a tangent at this level: cleared when it exits
+    writing = None  # the tensor an in-place op is computing new values for (forward.inplace_result)
 
 
 STATE = _State()

@@ -18,6 +18,8 @@ import weakref
 
 import numpy as np
 
+from gpugrad.core.forward_state import STATE as FORWARD
+from gpugrad.core.forward_state import set_tangent
 from gpugrad.core.grad_mode import enable_grad
 from gpugrad.core.node import AccumulateGrad
 from gpugrad.core.registry import REGISTRY
@@ -150,4 +152,6 @@ def shadow(array, ref):
     elif tensor._requires_grad:
         acc = AccumulateGrad.of(tensor)
         copy._accumulator = lambda: acc
+    if tensor._fw_grad is not None and FORWARD.level is not None:  # and its tangent (forward over reverse)
+        set_tangent(copy, tensor._fw_grad)
     return copy._data, (kind, copy, 0)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpugrad.core.args import basic_key, index_key
-from gpugrad.core.forward import write_tangent
+from gpugrad.core.forward import inplace_result, write_tangent
+from gpugrad.core.forward_state import STATE as FORWARD
 from gpugrad.core.grad_mode import STATE, no_grad
 from gpugrad.core.tensor import TensorBase, as_operand, make, new, on_own_device
 from gpugrad.core.views import before_write, check_fits, check_overlap, fresh, rebase, write_through
@@ -37,7 +38,8 @@ class InplaceMethods:
         if self._check_inplace(op, others):
             if self._base is not None:
                 fresh(self)
-            result = result_fn()  # out of place, with a graph; then moved into our buffer
+            # out of place, with a graph; then moved into our buffer (forward mode: the JVPs read the old values)
+            result = result_fn() if FORWARD.level is None else inplace_result(self, result_fn)
             self._fits(op, result)
             node = result._grad_fn
             if node is not None and hasattr(node, "unshare_saved"):
@@ -52,7 +54,7 @@ class InplaceMethods:
                 result = result_fn()
             self._fits(op, result)
             self._store(op, result)
-        if result._fw_grad is not None or self._fw_grad is not None:
+        if FORWARD.level is not None:  # the new values' tangent (a view's goes into its base's)
             write_tangent(self, result._fw_grad)
         self._version_counter[0] += 1
         return self
@@ -90,7 +92,7 @@ class InplaceMethods:
             return self._inplace(op, lambda: Overwrite.apply(self, value, _name=name), (value,))
         before_write(self)
         self._data.fill(value)
-        if self._fw_grad is not None:
+        if FORWARD.level is not None:
             write_tangent(self, None)
         self._version_counter[0] += 1
         return self

@@ -30,11 +30,14 @@ class LayerNorm(KernelOp):
         w1 = None if w is None else w.reshape(n)
         y, mean, rstd = impl.layer_norm_fwd(xp, x2, w1, None if b is None else b.reshape(n), self.eps)
         self.shapes = (x.shape, w.shape if w is not None else None if b is None else b.shape)
-        self.save_for_backward(x2, w1, mean, rstd)
+        # x itself, as torch saves it (x2 is a copy when x's rows are not contiguous): an in-place change of x is
+        # caught, and create_graph finds x among the inputs (tensor_xp.input_of)
+        self.save_for_backward(x, w1, mean, rstd)
         return y.reshape(x.shape)
 
     def _bwd(self, impl, xp, gy):
-        x2, w1, mean, rstd = self.saved
+        x, w1, mean, rstd = self.saved
+        x2 = x.reshape(-1, self.n) if self.n else x.reshape(math.prod(x.shape[:-1]), 0)
         xshape, wshape = self.shapes
         gx, gw, gb = impl.layer_norm_bwd(xp, x2, w1, mean, rstd, gy.reshape(x2.shape))
         ng = self.needs_input_grad
@@ -72,7 +75,10 @@ class LayerNorm(KernelOp):
             dy = dy + xhat * tw.reshape(self.n)
         if tb is not None:
             dy = dy + tb.reshape(self.n)
-        return dy.reshape(x.shape) if hasattr(dy, "reshape") else out * 0
+        if not hasattr(dy, "reshape"):  # no input had a tangent that reaches y
+            return out * 0
+        # only w's or b's tangent: (n,), broadcast over the rows
+        return dy.reshape(x.shape) if dy.ndim == 2 else xp.broadcast_to(dy, x2.shape).reshape(x.shape)
 
     def backward_graph(self, xp, gy):
         """The VJP on Tensors, differentiable in x, w and gy (gb = Σ gy needs no b)."""

@@ -88,6 +88,10 @@ def test_complex_cast_of_a_tensor_that_requires_grad_is_refused():
     with gpugrad.no_grad():
         assert x.to(gpugrad.complex64).dtype == gpugrad.complex64  # no graph asked for: the cast is fine
     assert x.detach().to(gpugrad.complex128).tolist() == [1 + 0j, 2 + 0j]
+    for f in (lambda t: t * 1j, lambda t: t + gpugrad.tensor([1j, 2j])):  # promotion into complex, too
+        with pytest.raises(RuntimeError, match="complex"):
+            f(x)
+        assert f(x.detach()).dtype == gpugrad.complex64 or f(x.detach()).dtype == gpugrad.complex128
 
 
 # -- 4. range checks torch makes ------------------------------------------------------------------------------------------
