@@ -143,11 +143,11 @@ def test_remainder_by_a_tensor_still_catches_the_change():
 
 def test_promoted_in_place_mul_keeps_the_original_values():
     x = gpugrad.tensor([1.5, -0.5], dtype=gpugrad.float32, requires_grad=True)
-    b = gpugrad.tensor([2.0, 3.0], requires_grad=True)
+    b = gpugrad.tensor([2.0, 3.0], dtype=gpugrad.float64, requires_grad=True)
     y = x * 1
-    y.mul_(b)  # float32 *= float64: b's gradient is the old y, which the op keeps
+    y.mul_(b)  # float32 *= float64: b's gradient is the old y, which the op keeps (cast to float64)
     y.sum().backward()
-    assert x.grad.tolist() == [2.0, 3.0] and b.grad.tolist() == [1.5, -0.5]
+    assert y.dtype == gpugrad.float32 and x.grad.tolist() == [2.0, 3.0] and b.grad.tolist() == [1.5, -0.5]
 
 
 def test_promoted_in_place_mul_like_torch(torch):
@@ -164,7 +164,7 @@ def test_promoted_in_place_mul_like_torch(torch):
 
 def test_promoted_operand_changed_in_place_is_still_an_error():
     x = gpugrad.tensor([1.5, -0.5], dtype=gpugrad.float32, requires_grad=True)
-    b = gpugrad.tensor([2.0, 3.0], requires_grad=True)
+    b = gpugrad.tensor([2.0, 3.0], dtype=gpugrad.float64, requires_grad=True)
     y = x * 1
     z = y * b  # out of place: the op saved y (cast to float64); changing y afterwards is an error, as in torch
     y.add_(1)
