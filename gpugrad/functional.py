@@ -27,7 +27,7 @@ from gpugrad.core.registry import composite
 from gpugrad.core.tensor import TensorBase, as_operand
 from gpugrad.core.tensor import make as _make
 from gpugrad.core.tensor import on_own_device as _on_own_device
-from gpugrad.core.views import shares_memory
+from gpugrad.core.views import mark_multi_output, shares_memory
 from gpugrad.ops.activation import POINTWISE_OPS
 from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace
@@ -50,6 +50,7 @@ def _axis(input, dim, op):
 
 @composite("hstack", method=False)
 def hstack(tensors):
+    tensors = [t.reshape(1) if not t.ndim else t for t in tensors_of(tensors, "hstack")]  # atleast_1d, as torch
     return Cat.cat(tensors, 0 if all(t.ndim == 1 for t in tensors) else 1)
 
 
@@ -162,7 +163,8 @@ def mode(input, dim=-1, keepdim=False):
         rows = moved.reshape(-1, moved.shape[-1])
         order = xp.argsort(rows, axis=1, kind="stable")
         s = xp.take_along_axis(rows, order, axis=1)
-        run = xp.cumsum(xp.concatenate([xp.zeros((len(s), 1), dtype=bool), s[:, 1:] != s[:, :-1]], axis=1), axis=1)
+        new = (s[:, 1:] != s[:, :-1]) & ~((s[:, 1:] != s[:, 1:]) & (s[:, :-1] != s[:, :-1]))  # NaNs: one run, as torch
+        run = xp.cumsum(xp.concatenate([xp.zeros((len(s), 1), dtype=bool), new], axis=1), axis=1)
         counts = xp.zeros(s.shape, dtype=xp.int32)
         xp.add.at(counts, (xp.arange(len(s))[:, None], run), 1)  # the length of each run of equal values
         best = xp.argmax(counts, axis=1)[:, None]  # the first longest run: the smallest of the most frequent values
@@ -245,8 +247,15 @@ def split(input, split_size_or_sections, dim=0):
         if builtins.sum(sizes) != n or builtins.min(sizes, default=0) < 0:
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
                                f"dimension {d}), but got split_sizes={sizes}")
-    starts = np.cumsum([0] + sizes[:-1])
-    return tuple(_along(input, d, slice(int(a), int(a) + k)) for a, k in zip(starts, sizes))
+    return _pieces(input, d, sizes, "Split" if isinstance(split_size_or_sections, numbers.Integral) else
+                   "SplitWithSizes")
+
+
+def _pieces(input, d, sizes, name):
+    """Views of consecutive pieces of ``sizes`` along ``d``: outputs of the multi-view op ``name`` (None: plain)."""
+    starts = np.cumsum([0] + list(sizes[:-1]))
+    out = tuple(_along(input, d, slice(int(a), int(a) + k)) for a, k in zip(starts, sizes))
+    return out if name is None else tuple(mark_multi_output(t, name, i) for i, t in enumerate(out))
 
 
 @composite("chunk")
@@ -267,13 +276,13 @@ def tensor_split(input, indices_or_sections, dim=0):
     else:
         bounds = [0] + [builtins.min(builtins.max(int(i), 0), n) for i in indices_or_sections] + [n]
         sizes = [builtins.max(b - a, 0) for a, b in zip(bounds, bounds[1:])]
-    return split(input, sizes, d)
+    return _pieces(input, d, sizes, None)  # torch's tensor_split outputs may be written in place
 
 
 @composite("unbind")
 def unbind(input, dim=0):
     d = _axis(input, dim, "unbind")
-    return tuple(_along(input, d, i) for i in range(input.shape[d]))
+    return tuple(mark_multi_output(_along(input, d, i), "Unbind", i) for i in range(input.shape[d]))
 
 
 @composite("narrow")
@@ -321,7 +330,11 @@ def swapaxes(input, axis0, axis1):
 @composite("unflatten")
 def unflatten(input, dim, sizes):
     d = _axis(input, dim, "unflatten")
-    return input.reshape(input.shape[:d] + tuple(sizes) + input.shape[d + 1:])
+    sizes, n = tuple(sizes), input.shape[d] if input.ndim else 1
+    if -1 in sizes:  # the inferred size, explicit: with an empty dim elsewhere, reshape could not infer it
+        known = math.prod(k for k in sizes if k != -1)
+        sizes = tuple((n // known if known else 0) if k == -1 else k for k in sizes)
+    return input.reshape(input.shape[:d] + sizes + input.shape[d + 1:])
 
 
 @composite("flip")
@@ -370,6 +383,8 @@ def roll(input, shifts, dims=None):
 @composite("repeat")
 def repeat(input, *sizes):
     """The tensor tiled ``sizes`` times along each dim (new leading dims for extra sizes)."""
+    if not sizes:
+        raise TypeError('repeat() missing 1 required positional arguments: "repeats"')
     sizes = _sizes(sizes)
     if len(sizes) < input.ndim:
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
@@ -461,6 +476,9 @@ def index_select(input, dim, index):
     if not input.ndim and idx.size != 1:
         raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {idx.size} value(s)")
     n = input.shape[d] if input.ndim else 1
+    if n == 0 and idx.size:
+        raise RuntimeError(f"index_select(): self indexing axis dim should be positive (dim {d} of the input "
+                           f"{tuple(input.shape)} is empty)")
     # checked without a sync on CUDA (backend/deferred.py): raised now on the CPU, at the next read on CUDA
     deferred.check_range(idx, n, IndexError, f"index_select(): index out of range in self: ids must lie in [0, {n}) "
                          f"along dim {d} of the input {tuple(input.shape)}, got min {{lo}} and max {{hi}}")
@@ -499,6 +517,8 @@ def take_along_dim(input, indices, dim=None):
     broadcast against each other, as torch's (gather's index is cut to the input instead)."""
     if dim is None:
         return input.reshape(-1).gather(0, indices.reshape(-1))
+    if not input.ndim:
+        raise IndexError(f"take_along_dim(): Dimension specified as {dim} but tensor has no dimensions")
     d = _axis(input, dim, "take_along_dim")
     if input.ndim != indices.ndim:
         raise RuntimeError(f"take_along_dim(): input and indices should have the same number of dimensions, but got "
@@ -530,6 +550,8 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     """The distinct values (sorted; along ``dim``: the distinct slices), with the inverse indices and the counts if
     asked (a tuple then, as torch)."""
     be = input._backend
+    if dim is not None and any(n == 0 for d, n in enumerate(input.shape) if d != _axis(input, dim, "unique")):
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
     out = be.xp.unique(input._data if dim is not None else input._data.reshape(-1), return_inverse=return_inverse,
                        return_counts=return_counts, axis=None if dim is None else _axis(input, dim, "unique"))
     if not (return_inverse or return_counts):

@@ -78,7 +78,8 @@ def make_dual(tensor, tangent, *, level=None):
         raise ValueError(f"make_dual: the tangent must match the primal: primal {tuple(tensor.shape)} {tensor.dtype} "
                          f"on {tensor.device}, tangent {tuple(tangent.shape)} {tangent.dtype} on {tangent.device}; "
                          "convert it with .to(...) / .reshape(...) first")
-    dual = tensor.reshape(tensor.shape) if tensor.requires_grad else tensor.detach()
+    # a view of tensor, as torch's (a write into either is seen by both, graph included)
+    dual = tensor.reshape(tensor.shape)
     set_tangent(dual, tangent)
     return dual
 

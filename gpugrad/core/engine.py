@@ -276,8 +276,8 @@ def _retain_grad(node, g, create_graph):
 def _accumulate_leaf(leaf, g, owned, create_graph):
     if not create_graph and isinstance(g, TensorBase):  # a pass carrying tangents (a dual level: see _run)
         grad = leaf._grad
-        if grad is None:  # as torch: .grad is the gradient detached, without its tangent
-            leaf._grad = make(g._data.copy(), leaf._backend)
+        if grad is None:  # a copy with g's tangent (NOTE: torch drops it where it steals g's buffer: known difference)
+            leaf._grad = g.clone()
         elif grad.requires_grad:
             leaf._grad = grad + g
         else:

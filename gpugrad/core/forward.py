@@ -7,11 +7,9 @@ grad, the JVP is computed with recorded Tensor ops, so reverse mode over forward
 """
 from __future__ import annotations
 
-import weakref
-
 from gpugrad.backend import on
 from gpugrad.core import tensor_xp
-from gpugrad.core.forward_state import STATE, pause, set_tangent
+from gpugrad.core.forward_state import DERIVED, STATE, pause, remember, set_tangent
 from gpugrad.core.grad_mode import STATE as _GRAD
 from gpugrad.core.grad_mode import no_grad
 from gpugrad.core.registry import REGISTRY
@@ -89,24 +87,21 @@ def tangent_of(t):
     base = t._base
     if base is None or t._view_fn is None or base._fw_grad is None:
         return t._fw_grad
-    if STATE.batch is not None:
-        return _batched_view_tangent(t)
     bt = base._fw_grad
-    seen = _DERIVED.get(id(t))
+    seen = DERIVED.get(id(t))
     if seen is not None and seen[0]() is t and seen[1]() is bt and t._fw_grad is not None:
         return t._fw_grad
-    with pause():
-        if _GRAD.enabled and bt._requires_grad:
-            tv = REGISTRY["as_view"].apply(bt, view_fn=t._view_fn)
-        else:
-            tv = make(t._view_fn(bt._data), bt._backend)
-    set_tangent(t, tv)
-    key = id(t)
-    _DERIVED[key] = (weakref.ref(t, lambda _, k=key: _DERIVED.pop(k, None)), weakref.ref(bt))
+    if STATE.batch is not None:
+        tv = _batched_view_tangent(t)
+    else:
+        with pause():
+            if _GRAD.enabled and bt._requires_grad:
+                tv = REGISTRY["as_view"].apply(bt, view_fn=t._view_fn)
+            else:
+                tv = make(t._view_fn(bt._data), bt._backend)
+        set_tangent(t, tv)
+    remember(t, bt)
     return tv
-
-
-_DERIVED = {}  # id(view) -> (the view, the base tangent its tangent was made from), weakly: Tensors compare by value
 
 
 def inplace_result(target, result_fn):

@@ -34,6 +34,22 @@ def pause():
         STATE.paused = was
 
 
+# id(view) -> (the view, the base tangent its tangent was made from), both weakly (Tensors compare by value, so no
+# WeakKeyDictionary): a view's tangent is its base's, viewed, made again when the base's changed (forward.tangent_of)
+DERIVED = {}
+
+
+def note_view(view, root):
+    """``view`` (just marked a view of ``root``, views.mark_view) got its tangent from its op's JVP, out of root's."""
+    if view._fw_grad is not None and root._fw_grad is not None:
+        remember(view, root._fw_grad)
+
+
+def remember(view, base_tangent):
+    key = id(view)
+    DERIVED[key] = (weakref.ref(view, lambda _, k=key: DERIVED.pop(k, None)), weakref.ref(base_tangent))
+
+
 def tangent_of_output(t, node):
     """Give ``t``, a Tensor rebuilt from ``node``'s saved output, the tangent that output had (if the level is on)."""
     if STATE.level is not None and getattr(node, "_fw_grad", None) is not None:

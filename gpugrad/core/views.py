@@ -19,7 +19,7 @@ import weakref
 import numpy as np
 
 from gpugrad.core.forward_state import STATE as FORWARD
-from gpugrad.core.forward_state import set_tangent
+from gpugrad.core.forward_state import note_view, set_tangent
 from gpugrad.core.grad_mode import enable_grad
 from gpugrad.core.node import AccumulateGrad
 from gpugrad.core.registry import REGISTRY
@@ -71,7 +71,24 @@ def writable_broadcast(xp, a, shape):
 
 
 def _compose(outer, inner):
-    return lambda a: outer(inner(a))
+    def view_fn(a):
+        return outer(inner(a))
+    multi = getattr(inner, "multi_output", None) or getattr(outer, "multi_output", None)
+    if multi is not None:  # a view of one of several views stays one (torch's creation meta propagates)
+        view_fn.multi_output = multi
+    return view_fn
+
+
+def mark_multi_output(view, name, index):
+    """``view`` is output ``index`` of ``name`` (Split, SplitWithSizes, Unbind), an op that returns several views:
+    as in torch, an in-place op on it that records a graph is refused (methods/inplace.py)."""
+    fn = view._view_fn
+    if fn is not None:
+        def view_fn(a):
+            return fn(a)
+        view_fn.multi_output = (name, index)
+        view._view_fn = view_fn
+    return view
 
 
 def mark_view(out, base, view_fn):
@@ -83,6 +100,8 @@ def mark_view(out, base, view_fn):
         view_fn = _compose(view_fn, base._view_fn)
     out._version_counter = root._version_counter
     out._base, out._view_fn, out._base_fn = root, view_fn, root._grad_fn
+    if FORWARD.level is not None:  # its tangent (from the op's JVP) is the view of root's: forward.tangent_of
+        note_view(out, root)
     return out
 
 

@@ -25,6 +25,12 @@ class InplaceMethods:
             what = "a view of a leaf tensor" if root is not self else "a leaf tensor"
             raise RuntimeError(f"{op}: {what} that requires grad is being used in an in-place operation; "
                                "wrap it in `with gpugrad.no_grad():` (e.g. for a parameter update)")
+        multi = getattr(self._view_fn, "multi_output", None)
+        if recording and multi is not None:  # as torch: its graph could not say which output changed
+            raise RuntimeError(f"{op}: Output {multi[1]} of {multi[0]} is a view and is being modified inplace. This "
+                               "view is the output of a function that returns multiple views. Such functions do not "
+                               "allow the output views to be modified inplace. You should replace the inplace "
+                               "operation by an out-of-place one (or .clone() the output first).")
         return recording
 
     @on_own_device

@@ -22,7 +22,7 @@ class Einsum(Op):
     JVP: the product rule, Σ_i einsum(..., t_i, ...).
     """
     double_backward = True
-    promotes = "same"  # as torch: mixed dtypes are an error
+    promotes = True  # as torch: operands of two float dtypes compute in the wider
 
     def forward(self, xp, *xs):
         self.ins, self.out = self.equation.split("->")

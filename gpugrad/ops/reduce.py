@@ -155,6 +155,14 @@ class Median(_Extreme):
     max()'s: gy split evenly among the elements equal to it (torch's evenly_distribute_backward)."""
     full_suffix = "0"
 
+    def forward(self, xp, x):
+        if x.size == 0:  # as torch: the median of nothing is NaN (its gradient is empty)
+            self._setup(x)
+            y = xp.full((1,) * x.ndim, float("nan"), dtype=x.dtype)
+            self.save_for_backward(x, y)
+            return y.reshape(())
+        return super().forward(xp, x)
+
     def _extreme(self, xp, x, axes):
         s = xp.sort(x.reshape(-1))
         return xp.where(s[-1] != s[-1], s[-1], s[(s.size - 1) // 2]).reshape((1,) * x.ndim)

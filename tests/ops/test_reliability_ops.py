@@ -217,3 +217,86 @@ def test_abs_and_neg_in_place(torch, name):
     getattr(y, name)()
     y.sum().backward()
     assert x.grad.tolist() == ([-1.0, 1.0] if name == "abs_" else [-1.0, -1.0])
+
+
+# -- what the registry-wide fuzzer found: the same call in both libraries, the same value or the same error type -------
+def _ints(lib, values):
+    return lib.tensor(values)
+
+
+SAME_AS_TORCH = {
+    "cat_ranks": lambda lib: lib.cat([lib.zeros(2, 3), lib.zeros(2, 3, 1)]),
+    "cat_sizes": lambda lib: lib.cat([lib.zeros(2, 3), lib.zeros(3, 4)], 1),
+    "cat_0d": lambda lib: lib.cat([lib.tensor(1.0), lib.tensor(2.0)]),
+    "cat_legacy_empty": lambda lib: lib.cat([lib.zeros(0), lib.ones(2, 3)]),
+    "stack_sizes": lambda lib: lib.stack([lib.zeros(2, 3), lib.zeros(3, 2)]),
+    "hstack_0d": lambda lib: lib.hstack([lib.tensor(1.0), lib.tensor([2.0, 3.0])]),
+    "gather_out_of_range": lambda lib: lib.zeros(3).gather(0, _ints(lib, [5])),
+    "gather_empty_index": lambda lib: lib.zeros(3, 0, 2).gather(0, lib.zeros(0, 1, 1, dtype=lib.int64)),
+    "scatter_out_of_range": lambda lib: lib.zeros(3).scatter(0, _ints(lib, [5]), lib.ones(1)),
+    "index_add_out_of_range": lambda lib: lib.zeros(3).index_add(0, _ints(lib, [-1]), lib.ones(1)),
+    "index_select_empty_dim": lambda lib: lib.zeros(1, 0).index_select(1, _ints(lib, [0])),
+    "index_select_0d": lambda lib: lib.tensor(5.0).index_select(0, _ints(lib, [0, 0])),
+    "int_floor_divide_by_zero": lambda lib: _ints(lib, [1, 2]) // _ints(lib, [0, 1]),
+    "int_remainder_by_zero": lambda lib: _ints(lib, [1, 2]) % 0,
+    "int_fmod_by_zero": lambda lib: lib.fmod(_ints(lib, [1, 2]), 0),
+    "float_floor_divide_by_zero": lambda lib: lib.tensor([1.0, -1.0, 0.0]) // 0.0,
+    "take_along_dim_broadcasts": lambda lib: lib.take_along_dim(lib.arange(24.0).reshape(1, 2, 3, 4),
+                                                                lib.zeros(1, 2, 1, 1, dtype=lib.int64), -4),
+    "take_along_dim_0d": lambda lib: lib.tensor(1.0).take_along_dim(lib.tensor(0), 0),
+    "median_empty": lambda lib: lib.zeros(0).median(),
+    "einsum_mixed_dtypes": lambda lib: lib.einsum("i,i->i", lib.ones(2, dtype=lib.float64), lib.ones(2)),
+    "permute_no_dims": lambda lib: lib.ones(2).permute(),
+    "repeat_no_sizes": lambda lib: lib.ones(2).repeat(),
+    "unflatten_empty": lambda lib: lib.zeros(0, 0).unflatten(0, (-1,)),
+    "unique_zero_sized_dims": lambda lib: lib.zeros(2, 0).unique(dim=0),
+    "index_select_then_view": lambda lib: lib.arange(12.0).reshape(2, 2, 3).index_select(1, _ints(lib, [1, 0]))
+    .view(-1, 3, 1),
+    "topk_0_of_0d": lambda lib: lib.tensor(5.0).topk(0).values,
+    "t_of_3d": lambda lib: lib.zeros(2, 3, 4).t(),
+    "flipud_0d": lambda lib: lib.tensor(1.0).flipud(),
+    "fliplr_1d": lambda lib: lib.ones(3).fliplr(),
+    "isclose_dtypes": lambda lib: lib.ones(2).isclose(lib.ones(2, dtype=lib.float64)),
+    "movedim_0d": lambda lib: lib.tensor(1.0).movedim(-1, 0),
+    "transpose_0d": lambda lib: lib.tensor(1.0).transpose(0, -1),
+    "flatten_start_after_end": lambda lib: lib.zeros(2, 3).flatten(1, 0),
+}
+
+
+def _outcome(lib, fn):
+    try:
+        return fn(lib), None
+    except Exception as e:  # noqa: BLE001 - compared with the other library's
+        return None, e
+
+
+@pytest.mark.parametrize("name", list(SAME_AS_TORCH))
+def test_registry_findings_match_torch(torch, name):
+    got, gerr = _outcome(gpugrad, SAME_AS_TORCH[name])
+    want, terr = _outcome(torch, SAME_AS_TORCH[name])
+    if terr is not None:
+        assert gerr is not None and type(gerr) is type(terr), f"torch raised {terr!r}, gpugrad {gerr!r}"
+        return
+    assert gerr is None, f"gpugrad raised {gerr!r} where torch gives {want!r}"
+    a, b = got.detach().numpy(), want.detach().numpy()
+    assert a.shape == b.shape and a.dtype == b.dtype
+    np.testing.assert_array_equal(a, b)
+
+
+def test_integer_division_by_zero_names_torchs_error():
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        gpugrad.tensor([4, 2]) // gpugrad.tensor([2, 0])
+    assert (gpugrad.tensor([4, 2]) // gpugrad.tensor([2, 1])).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize("split", [lambda x: x.unbind(0), lambda x: x.split(1), lambda x: x.chunk(2),
+                                   lambda x: x.split([1, 1])], ids=["unbind", "split", "chunk", "split_sizes"])
+def test_outputs_of_multi_view_ops_refuse_in_place_writes_with_a_graph(torch, split):
+    for lib in (gpugrad, torch):
+        pieces = split(lib.ones(2, 3, requires_grad=True) * 1)
+        with pytest.raises(RuntimeError, match="is a view and is being modified inplace"):
+            pieces[0].add_(1)
+        plain = split(lib.ones(2, 3))  # no graph: allowed
+        plain[1].add_(1)
+        assert plain[1].reshape(-1).tolist() == [2.0, 2.0, 2.0]
+    assert gpugrad.ones(2, 3, requires_grad=True).mul(1).tensor_split(2)[0].add_(1) is not None  # as torch's
