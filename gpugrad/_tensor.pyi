@@ -2,7 +2,6 @@
 # Methods marked "registry" are bound from the op registry (gpugrad/core/registry.py).
 from typing import Any
 
-
 class Tensor:
     @property
     def T(self) -> Any: ...

@@ -19,15 +19,17 @@ import numpy as np
 
 from gpugrad import return_types
 from gpugrad.backend import deferred
-from gpugrad.core.args import canonical_axis, with_dtype
+from gpugrad.core.args import canonical_axis
 from gpugrad.core.args import dims as _dim
 from gpugrad.core.args import index_array as _index_array
 from gpugrad.core.args import sizes as _sizes
+from gpugrad.core.args import with_dtype
 from gpugrad.core.registry import composite
 from gpugrad.core.tensor import TensorBase, as_operand
 from gpugrad.core.tensor import make as _make
 from gpugrad.core.tensor import on_own_device as _on_own_device
 from gpugrad.core.views import mark_multi_output, shares_memory
+from gpugrad.dtypes import scalar_type_name
 from gpugrad.ops.activation import POINTWISE_OPS
 from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace
@@ -212,7 +214,9 @@ def prod(input, dim=None, keepdim=False, *, dtype=None, **kw):
     if x.shape[d] == 0:  # the empty product: 1
         return _named(x.sum(d, a["keepdims"]) * 0 + 1, "ProdBackward1")
     y = Cumprod.apply(x, axis=d)
-    return _named(y[(slice(None),) * d + (slice(-1, None) if a["keepdims"] else -1,)], "ProdBackward1")
+    # a tensor of its own, as torch's (not a view into the cumulative products: in-place writes and saved-value
+    # checks treat it as torch does)
+    return _named(y[(slice(None),) * d + (slice(-1, None) if a["keepdims"] else -1,)].clone(), "ProdBackward1")
 
 
 @composite("var_mean", method=False)
@@ -334,6 +338,9 @@ def unflatten(input, dim, sizes):
     if -1 in sizes:  # the inferred size, explicit: with an empty dim elsewhere, reshape could not infer it
         known = math.prod(k for k in sizes if k != -1)
         sizes = tuple((n // known if known else 0) if k == -1 else k for k in sizes)
+    if math.prod(sizes) != n:
+        raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {d} ({n}) in "
+                           "the input tensor")
     return input.reshape(input.shape[:d] + sizes + input.shape[d + 1:])
 
 
@@ -447,8 +454,8 @@ def triu(input, diagonal=0):
 @_on_own_device
 def diag(input, diagonal=0):
     """A 1-D tensor placed on a diagonal of a square matrix, or a matrix's diagonal."""
-    if input.ndim == 2:
-        return Diagonal.diagonal(input, diagonal)
+    if input.ndim == 2:  # a copy of the diagonal (torch's diag_copy), not a view of it as diagonal()
+        return _named(Diagonal.diagonal(input, diagonal).clone(), "DiagonalBackward0")
     if input.ndim != 1:
         raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {input.ndim}D")
     n, k = input.shape[0], abs(diagonal)
@@ -476,7 +483,7 @@ def index_select(input, dim, index):
     if not input.ndim and idx.size != 1:
         raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {idx.size} value(s)")
     n = input.shape[d] if input.ndim else 1
-    if n == 0 and idx.size:
+    if n == 0 and idx.size and input.ndim > 1:  # (a 1-D empty input: the range check's IndexError, as torch)
         raise RuntimeError(f"index_select(): self indexing axis dim should be positive (dim {d} of the input "
                            f"{tuple(input.shape)} is empty)")
     # checked without a sync on CUDA (backend/deferred.py): raised now on the CPU, at the next read on CUDA
@@ -618,16 +625,9 @@ def ger(input, vec2):
 @composite("isclose")
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     if isinstance(other, TensorBase) and other.dtype != input.dtype:  # as torch: no promotion
-        raise RuntimeError(f"isclose(): {_TORCH_NAMES.get(input.dtype, input.dtype)} did not match "
-                           f"{_TORCH_NAMES.get(other.dtype, other.dtype)}: input is {input.dtype} and other "
-                           f"{other.dtype}; convert one with .to(dtype)")
+        raise RuntimeError(f"isclose(): {scalar_type_name(input.dtype)} did not match {scalar_type_name(other.dtype)}: "
+                           f"input is {input.dtype} and other {other.dtype}; convert one with .to(dtype)")
     return input._values("isclose", other, rtol=rtol, atol=atol, equal_nan=equal_nan)
-
-
-_TORCH_NAMES = {np.dtype(k): v for k, v in (("float16", "Half"), ("float32", "Float"), ("float64", "Double"),
-                                            ("int8", "Char"), ("uint8", "Byte"), ("int16", "Short"), ("int32", "Int"),
-                                            ("int64", "Long"), ("bool", "Bool"), ("complex64", "ComplexFloat"),
-                                            ("complex128", "ComplexDouble"))}
 
 
 @composite("allclose")

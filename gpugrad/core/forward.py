@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from gpugrad.backend import on
 from gpugrad.core import tensor_xp
-from gpugrad.core.forward_state import DERIVED, STATE, pause, remember, set_tangent
+from gpugrad.core.forward_state import (DERIVED, PARENTS, STATE, pause,
+                                        remember, set_tangent)
 from gpugrad.core.grad_mode import STATE as _GRAD
 from gpugrad.core.grad_mode import no_grad
 from gpugrad.core.registry import REGISTRY
 from gpugrad.core.tensor import TensorBase, make
-from gpugrad.core.views import shadow
+from gpugrad.core.views import root_array, shadow
 
 
 def propagate(fn, args, datas, result, params, tangents=None):
@@ -64,7 +65,21 @@ def propagate(fn, args, datas, result, params, tangents=None):
             out = make(be.as_array(out), be)
     finally:
         STATE.paused = was
-    _finish(result, out)
+    _finish(result, _owned(out, args, tangents, result))
+
+
+def _owned(out, args, tangents, result):
+    """``out``, copied if it shares memory with an input's tangent while ``result`` is not a view of that input (a
+    JVP that returns an input's tangent as it is: linear's bias, frac, remainder's): tangents are written in place
+    (write_tangent), and a write into the result's must not change the input's."""
+    if out is None or STATE.batch is not None:
+        return out
+    mine = root_array(out._data)
+    for a, t in zip(args, tangents):
+        if t is not None and root_array(t._data) is mine and root_array(result._data) is not root_array(a._data):
+            with pause():
+                return out.clone()
+    return out
 
 
 def _before_the_write(fn, ins, target):
@@ -78,19 +93,21 @@ def _before_the_write(fn, ins, target):
 
 
 def tangent_of(t):
-    """``t``'s tangent at the active level (None for a number or a tensor without one). A view of a tensor with a
-    tangent has the view of that tangent, as in torch: made (or made again) from the base's tangent when it is read,
-    so it follows the base's in-place writes (a view that was given a tangent of its own by make_dual keeps it while
-    its base has none)."""
+    """``t``'s tangent at the active level (None for a number or a tensor without one), as torch's: a view's own
+    tangent (make_dual's) first; else, if its base has one, the view of that, kept while the base's tangent is the
+    one (and at the version) it was made from, made again from it otherwise."""
     if not isinstance(t, TensorBase):
         return None
-    base = t._base
+    base, own = t._base, t._fw_grad
     if base is None or t._view_fn is None or base._fw_grad is None:
-        return t._fw_grad
+        return own
     bt = base._fw_grad
     seen = DERIVED.get(id(t))
-    if seen is not None and seen[0]() is t and seen[1]() is bt and t._fw_grad is not None:
-        return t._fw_grad
+    if seen is None or seen[0]() is not t:  # not made from the base's: its own (make_dual), or none yet
+        if own is not None:
+            return own
+    elif own is not None and seen[1]() is bt and seen[2] == bt._version_counter[0]:
+        return own
     if STATE.batch is not None:
         tv = _batched_view_tangent(t)
     else:
@@ -165,30 +182,66 @@ def _per_direction(fn, args, datas, result, params, tangents):
 
 
 def write_tangent(tensor, new):
-    """``tensor`` was changed in place and its new values have tangent ``new`` (None: zero). A tensor that is not a
-    view takes ``new`` as its tangent (the old one is left as it was: tangents other nodes saved stay valid); a view
-    writes ``new`` into its region of its base's tangent (a CopySlices of it, recorded when the tangents carry a
-    graph), and its tangent and its fellow views' are made again from that when read (tangent_of)."""
+    """``tensor`` was changed in place and its new values have tangent ``new`` (None: zero), as torch updates
+    tangents: in place, into ``tensor``'s tangent buffer, which for a view is a view of its base's tangent (or of the
+    dual's own, for a view of a dual made of a view), so every view of that memory sees it; a view without one first
+    gets the view of its base's (made of zeros if the base had none). Where recorded ops may have saved the old
+    tangent (_graphed) it is not overwritten: the tensor's is rebound to ``new``, a view's base's to a CopySlices of it
+    (recorded; views' tangents are then made again); batched tangents of views (stacked copies) are written into the
+    base's, per direction."""
 
     if STATE.level is None:
         return
-    base, view_fn = tensor._base, tensor._view_fn
     if new is not None and new._data.dtype != tensor._data.dtype:  # x32.mul_(y64): the values were cast too
         with pause():
             new = new.to(dtype=tensor.dtype)
+    values = None if new is None else new._data
+    base, view_fn = tensor._base, tensor._view_fn
     if base is None or view_fn is None:
-        if new is not None or tensor._fw_grad is not None:
+        old = tensor._fw_grad
+        if old is None and new is None:
+            return
+        if old is None or _graphed(tensor, old, new) or not _overwrite(old, values, None):
             set_tangent(tensor, new if new is not None else _zeros_of(tensor, tensor._data.shape))
         return
-    bt = base._fw_grad
-    if bt is None:
-        if new is None:  # nothing carries a tangent; a dual made of this view has constants now
-            if tensor._fw_grad is not None:
-                set_tangent(tensor, _zeros_of(tensor, tensor._data.shape))
+    old = tangent_of(tensor)
+    if old is None:
+        if new is None:  # nothing carries a tangent
             return
-        bt = _zeros_of(base, base._data.shape)
-    set_tangent(base, _written(bt, new, view_fn))
+        set_tangent(base, _zeros_of(base, base._data.shape))
+        old = tangent_of(tensor)
+    if STATE.batch is None and not _graphed(tensor, old, new) and _overwrite(old, values, None):
+        return  # in place: the tangent it is a view of sees the change
+    bt = base._fw_grad
+    if bt is None:  # a dual made of a view, its base without a tangent: its own changes (or its parent dual's)
+        parent = PARENTS.get(id(tensor))
+        if parent is not None and parent[0]() is tensor and parent[1]() is not None \
+                and tangent_of(parent[1]()) is not None:
+            src, fn = parent[1](), parent[2]
+            with pause():
+                whole = REGISTRY["copy_slices"].apply(tangent_of(src), 0 if new is None else new, view_fn=fn)
+            write_tangent(src, whole)
+            with pause():
+                set_tangent(tensor, REGISTRY["as_view"].apply(tangent_of(src), view_fn=fn))
+            return
+        set_tangent(tensor, new if new is not None else _zeros_of(tensor, tensor._data.shape))
+        return
+    if _graphed(tensor, bt, new) and STATE.batch is None:
+        with pause():
+            set_tangent(base, REGISTRY["copy_slices"].apply(bt, 0 if new is None else new, view_fn=view_fn))
+    elif not _overwrite(bt, values, view_fn):
+        with pause():
+            set_tangent(base, make(bt._data.copy(), bt._backend))
+        _overwrite(base._fw_grad, values, view_fn)
     tensor._fw_grad = None  # made again from the base's (tangent_of)
+
+
+def _graphed(tensor, old, new):
+    """Whether recorded ops may have saved ``old`` (JVPs run as recorded ops when a primal or a tangent requires
+    grad): then it is not overwritten, but replaced."""
+    root = tensor._base if tensor._base is not None else tensor
+    return _GRAD.enabled and (tensor._requires_grad or root._requires_grad or old._requires_grad
+                              or new is not None and new._requires_grad)
 
 
 def _zeros_of(t, shape):
@@ -198,18 +251,22 @@ def _zeros_of(t, shape):
         return make(be.xp.zeros(shape, dtype=t._data.dtype), be)
 
 
-def _written(bt, new, view_fn):
-    """The base tangent ``bt`` with the region ``view_fn`` picks replaced by ``new`` (None: zeros)."""
-    with pause():
-        if STATE.batch is None and _GRAD.enabled and (bt._requires_grad or new is not None and new._requires_grad):
-            return REGISTRY["copy_slices"].apply(bt, 0 if new is None else new, view_fn=view_fn)
-        be = bt._backend
-        with on(be):
-            out = bt._data.copy()
-            for i in range(STATE.batch or 1):  # a batch: the region of each direction
-                region = view_fn(out[i] if STATE.batch else out)
-                region[...] = 0 if new is None else (new._data[i] if STATE.batch else new._data)
-        return make(out, be)
+def _overwrite(tangent, values, view_fn):
+    """Write ``values`` (an array; None: zeros) into ``tangent``'s buffer, or into its region ``view_fn`` (one per
+    direction of a batch), and bump its version (views' tangents made from it are made again). False if the buffer
+    is read-only (a broadcast)."""
+    data = tangent._data
+    if not getattr(data.flags, "writeable", True):
+        return False
+    with on(tangent._backend):
+        if view_fn is None:
+            data[...] = 0 if values is None else values
+        else:
+            for i in range(STATE.batch or 1):
+                region = view_fn(data[i] if STATE.batch else data)
+                region[...] = 0 if values is None else (values[i] if STATE.batch else values)
+    tangent._version_counter[0] += 1
+    return True
 
 
 def _linear_jvp(cls, args, tangents, params, differentiable):

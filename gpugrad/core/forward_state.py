@@ -34,20 +34,30 @@ def pause():
         STATE.paused = was
 
 
-# id(view) -> (the view, the base tangent its tangent was made from), both weakly (Tensors compare by value, so no
+# id(view) -> (the view, the base tangent its tangent was made from, that tangent's version), weakly (Tensors compare by value, so no
 # WeakKeyDictionary): a view's tangent is its base's, viewed, made again when the base's changed (forward.tangent_of)
 DERIVED = {}
 
 
-def note_view(view, root):
-    """``view`` (just marked a view of ``root``, views.mark_view) got its tangent from its op's JVP, out of root's."""
-    if view._fw_grad is not None and root._fw_grad is not None:
+PARENTS = {}  # id(view) -> (the view, the tensor it was made from, view_fn from that tensor), weakly
+
+
+def note_view(view, root, base, view_fn):
+    """``view`` was just marked a view of ``base`` (whose root is ``root``; views.mark_view) and got its tangent from
+    its op's JVP: out of root's tangent, or out of base's own (a dual made of a view; write_tangent goes back to it)."""
+    if view._fw_grad is None:
+        return
+    if root._fw_grad is not None:
         remember(view, root._fw_grad)
+    elif base._fw_grad is not None:
+        key = id(view)
+        PARENTS[key] = (weakref.ref(view, lambda _, k=key: PARENTS.pop(k, None)), weakref.ref(base), view_fn)
 
 
 def remember(view, base_tangent):
     key = id(view)
-    DERIVED[key] = (weakref.ref(view, lambda _, k=key: DERIVED.pop(k, None)), weakref.ref(base_tangent))
+    DERIVED[key] = (weakref.ref(view, lambda _, k=key: DERIVED.pop(k, None)), weakref.ref(base_tangent),
+                    base_tangent._version_counter[0])
 
 
 def tangent_of_output(t, node):

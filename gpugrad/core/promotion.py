@@ -13,7 +13,8 @@ import numpy as np
 
 from gpugrad.core.grad_mode import STATE as GRAD
 from gpugrad.core.tensor import TensorBase
-from gpugrad.dtypes import DEFAULTS, as_dtype, combine_categories, default_complex, promote_np
+from gpugrad.dtypes import (DEFAULTS, as_dtype, combine_categories,
+                            default_complex, promote_np)
 
 
 def _np_result_type(operands):
@@ -60,6 +61,11 @@ def promoted(op, args):
             same = False
     if same and first is not None and first.kind == "f":
         return args
+    refuse = getattr(op, "refuses_bool", None)
+    if refuse is not None:
+        bools = sum(isinstance(a, TensorBase) and a._data.dtype == np.bool_ for a in args)
+        if bools:
+            raise RuntimeError(refuse.format("two bool tensors" if bools == 2 else "a bool tensor"))
     mode = op.promotes
     if mode == "same":
         dts = [a._data.dtype for a in args if isinstance(a, TensorBase)]

@@ -96,17 +96,23 @@ def mark_view(out, base, view_fn):
     through either are seen by saved copies of both) and remember how to re-make themselves from the root:
     ``view_fn`` maps the root's array to the view's."""
     root = base if base._base is None else base._base
+    if FORWARD.level is not None:  # its tangent (from the op's JVP) is the view of base's: forward.tangent_of
+        note_view(out, root, base, view_fn)
     if root is not base:
         view_fn = _compose(view_fn, base._view_fn)
     out._version_counter = root._version_counter
     out._base, out._view_fn, out._base_fn = root, view_fn, root._grad_fn
-    if FORWARD.level is not None:  # its tangent (from the op's JVP) is the view of root's: forward.tangent_of
-        note_view(out, root)
     return out
 
 
 def refresh_view(view):
     """Re-derive a view's grad_fn from its base's current graph (the base was rebased by an in-place op)."""
+    multi = getattr(view._view_fn, "multi_output", None)
+    if multi is not None:  # as torch: which of the op's outputs the write changed is not known
+        raise RuntimeError(f"Output {multi[1]} of {multi[0]} is a view and its base or another view of its base has "
+                           "been modified inplace. This view is the output of a function that returns multiple "
+                           "views. Such functions do not allow the output views to be modified inplace. You should "
+                           "replace the inplace operation by an out-of-place one (or .clone() the outputs first).")
     base = view._base
     with enable_grad():
         derived = REGISTRY["as_view"].apply(base, view_fn=view._view_fn)

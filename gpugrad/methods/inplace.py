@@ -6,9 +6,11 @@ from gpugrad.core.args import basic_key, index_key
 from gpugrad.core.forward import inplace_result, write_tangent
 from gpugrad.core.forward_state import STATE as FORWARD
 from gpugrad.core.grad_mode import STATE, no_grad
-from gpugrad.core.tensor import TensorBase, as_operand, make, new, on_own_device
-from gpugrad.core.views import before_write, check_fits, check_overlap, fresh, rebase, write_through
-from gpugrad.dtypes import can_cast
+from gpugrad.core.tensor import (TensorBase, as_operand, make, new,
+                                 on_own_device)
+from gpugrad.core.views import (before_write, check_fits, check_overlap, fresh,
+                                rebase, write_through)
+from gpugrad.dtypes import can_cast, scalar_type_name
 from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace, Overwrite
 
@@ -91,7 +93,8 @@ class InplaceMethods:
 
     @on_own_device
     def _fill(self, value, op):
-        if self._check_inplace(op, (value,)):
+        # recorded, or a Tensor value whose tangent the new values take (forward mode): through Overwrite
+        if self._check_inplace(op, (value,)) or FORWARD.level is not None and isinstance(value, TensorBase):
             # Recorded as torch does: the old values get a zero gradient that carries no graph (FillBackward2,
             # ZeroBackward0), so a create_graph pass has no edge into their history.
             name = "ZeroBackward0" if op == "zero_" else "FillBackward2"
@@ -121,6 +124,10 @@ class InplaceMethods:
                 value = value.squeeze(0)  # torch drops the value's leading size-1 axes
             region.copy_(value)
             return
+        if isinstance(value, TensorBase) and value.dtype != self.dtype:  # as torch: index_put does not cast
+            raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                               f"{scalar_type_name(self.dtype)} for the destination and "
+                               f"{scalar_type_name(value.dtype)} for the source.")
         self._inplace("__setitem__", lambda: _index_put(self, key, value), (value,))
 
 

@@ -15,16 +15,9 @@ from gpugrad.core.tensor import as_operand
 from gpugrad.functional import where as _where
 from gpugrad.ops.activation import POINTWISE_OPS, BiasAct, Dropout
 from gpugrad.ops.declarations import ACTIVATIONS
-from gpugrad.ops.loss import (
-    BinaryCrossEntropy,
-    BinaryCrossEntropyWithLogits,
-    CrossEntropy,
-    HuberLoss,
-    MseLoss,
-    NllLoss,
-    SmoothL1Loss,
-    TokenLogProb,
-)
+from gpugrad.ops.loss import (BinaryCrossEntropy, BinaryCrossEntropyWithLogits,
+                              CrossEntropy, HuberLoss, MseLoss, NllLoss,
+                              SmoothL1Loss, TokenLogProb)
 from gpugrad.ops.matmul import Linear
 from gpugrad.ops.norm import Embedding as _Embedding
 from gpugrad.ops.norm import LayerNorm as _LayerNorm

@@ -4,7 +4,9 @@ from __future__ import annotations
 import math
 import numbers
 
+from gpugrad.backend import reference as R
 from gpugrad.core.op import Op
+from gpugrad.core.promotion import result_type
 from gpugrad.core.registry import REGISTRY, register
 from gpugrad.core.tensor import TensorBase, as_operand, new
 
@@ -24,8 +26,7 @@ class Add(Op):
     @staticmethod
     def add(input, other, *, alpha=1):
         """input + alpha * other."""
-        other = as_operand(other, input)
-        return Add.apply(input, other * alpha if alpha != 1 else other)
+        return Add.apply(input, _scaled(input, as_operand(other, input), alpha, "add"))
 
 
 @register("sub", inplace=True)
@@ -33,6 +34,10 @@ class Sub(Op):
     """y = a - b.  VJP: ga = gy, gb = -gy."""
     promotes = True
     double_backward = linear = batched_jvp = True
+
+    # as torch (core/promotion.py reads it, where the operands still have their own dtypes)
+    refuses_bool = ("Subtraction, the `-` operator, with {} is not supported. If you are trying to invert a mask, use "
+                    "the `~` or `logical_not()` operator instead.")
 
     def forward(self, xp, a, b):
         return a - b
@@ -43,8 +48,22 @@ class Sub(Op):
     @staticmethod
     def sub(input, other, *, alpha=1):
         """input - alpha * other."""
-        other = as_operand(other, input)
-        return Sub.apply(input, other * alpha if alpha != 1 else other)
+        return Sub.apply(input, _scaled(input, as_operand(other, input), alpha, "sub"))
+
+
+def _scaled(input, other, alpha, op):
+    """alpha * other in the dtype input and other compute in (torch fuses it: alpha does not take part in the
+    promotion, so int64 other times 0.5 beside a float64 input stays float64)."""
+    if alpha == 1:
+        return other
+    if isinstance(other, TensorBase):
+        want = result_type(input, other)
+        if want.kind in "biu" and not isinstance(alpha, numbers.Integral):
+            raise RuntimeError(f"{op}: For integral input tensors, argument alpha must not be a floating point "
+                               "number.")
+        if other.dtype != want:
+            other = other.to(dtype=want)
+    return other * alpha
 
 
 @register("mul", inplace=True)
@@ -91,6 +110,12 @@ class Div(Op):
         gb = -gy * (a / b) / b if self.needs_input_grad[1] else None
         return ga, gb
 
+    def jvp(self, xp, ins, out, ts):  # torch's (ta - tb y) / b: at b = 0 infinite, not inf - inf = NaN
+        b, (ta, tb) = ins[1], ts
+        with R._quiet(xp):
+            num = ta if tb is None else -tb * out if ta is None else ta - tb * out
+            return num / b
+
     @staticmethod
     def div(input, other, *, rounding_mode=None):
         """input / other; ``rounding_mode`` "trunc" or "floor" rounds the quotient (then no gradient)."""
@@ -109,6 +134,9 @@ class Neg(Op):
     double_backward = linear = batched_jvp = True
 
     def forward(self, xp, x):
+        if x.dtype == bool:
+            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                               "invert a mask, use the `~` or `logical_not()` operator instead.")
         return -x
 
     def backward(self, xp, gy):
@@ -127,7 +155,12 @@ class Pow(Op):
     double_backward = elementwise = batched_jvp = True
 
     def forward(self, xp, a, b):
-        y = a ** b
+        # torch computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt: NaN at -inf, where NumPy's pow gives inf and 0
+        if type(b) is float and abs(b) == 0.5:
+            with R._quiet(xp):  # rsqrt(0) = inf, quietly, as torch
+                y = xp.sqrt(a) if b > 0 else 1 / xp.sqrt(a)
+        else:
+            y = a ** b
         # As torch: x ** c saves x only (y may then change in place); c ** x and x ** t save the output too.
         self.save_for_backward(a, b, None if isinstance(b, numbers.Number) else y)
         return y
@@ -144,8 +177,12 @@ class Pow(Op):
             if isinstance(a, numbers.Number):  # a Python scalar base
                 log_a = math.log(a) if a > 0 else -math.inf if a == 0 else math.nan
                 gb = gy * y * log_a if a != 0 else gy * xp.where(b >= 0, 0, log_a)
-            else:  # y * log(a) -> 0 as a -> 0+ for b > 0; torch defines 0 at b == 0 too
-                gb = gy * xp.where((a == 0) & (b >= 0), 0, y * xp.log(a))
+            else:  # y * log(a) -> 0 as a -> 0+ for b > 0; torch defines 0 at b == 0 too, and -inf for b < 0
+                # NOTE: log of a with its zeros replaced: these also run as recorded ops (create_graph, forward
+                # mode), where NumPy's warnings about log(0) cannot be silenced
+                zero = a == 0  # (constants there: y * log(a) would put 0 * inf into second derivatives)
+                with R._quiet(xp):
+                    gb = gy * xp.where(zero, xp.where(b >= 0, 0.0, -math.inf), y * xp.log(xp.where(zero, 1.0, a)))
         return ga, gb
 
     @staticmethod
@@ -171,6 +208,9 @@ class Maximum(Op):
         a, b = self.saved
         return _split(xp, gy, a < b, a > b, a == b)
 
+    def jvp(self, xp, ins, out, ts):
+        return _pick_tangent(xp, ins, ts, ins[0] > ins[1])
+
     @staticmethod
     def maximum(input, other):
         return Maximum.apply(input, as_operand(other, input))
@@ -190,9 +230,22 @@ class Minimum(Op):
         a, b = self.saved
         return _split(xp, gy, a > b, a < b, a == b)
 
+    def jvp(self, xp, ins, out, ts):
+        return _pick_tangent(xp, ins, ts, ins[0] < ins[1])
+
     @staticmethod
     def minimum(input, other):
         return Minimum.apply(input, as_operand(other, input))
+
+
+def _pick_tangent(xp, ins, ts, a_wins):
+    """torch's JVP of maximum/minimum, tb + m (ta - tb) with m = 1 where a wins, 1/2 on ties, 0 else (b's where a
+    comparison with NaN is false both ways, where the VJP sends gy to both: the JVP is not its transpose in torch
+    either); as torch, a NaN or inf tangent reaches every element (m * inf)."""
+    ta, tb = (t if t is not None else 0.0 for t in ts)
+    m = xp.where(ins[0] == ins[1], 0.5, xp.where(a_wins, 1.0, 0.0))
+    with R._quiet(xp):  # 0 * inf: NaN, quietly, as torch
+        return tb + m * (ta - tb)
 
 
 def _split(xp, gy, a_loses, b_loses, tie):

@@ -196,7 +196,8 @@ class BinaryCrossEntropyWithLogits(_PointwiseLoss):
         m = xp.maximum(-x, 0.0)
         softplus = m + xp.log(xp.exp(-m) + xp.exp(-x - m))
         lw = 1.0 if p is None else 1 + (p - 1) * t
-        dx = lw / (1 + xp.exp(-x)) - (t if p is None else p * t)
+        # sigmoid(x) = e^-softplus(-x): no e^-x to overflow (on Tensors NumPy's warning could not be silenced)
+        dx = lw * xp.exp(-softplus) - (t if p is None else p * t)
         return (1 - t) * x + lw * softplus, dx, (-x if p is None else (p - 1) * softplus - x)
 
 

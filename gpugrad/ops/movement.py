@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from gpugrad.backend import deferred
-from gpugrad.core.args import basic_key, canonical_axis, dims, index_array, sizes
+from gpugrad.core.args import (basic_key, canonical_axis, dims, index_array,
+                               sizes)
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
 from gpugrad.core.tensor import TensorBase, new
@@ -310,10 +311,11 @@ def _check_cat(xs, axis):
     for i, x in enumerate(xs):
         if x.ndim == 0:
             raise RuntimeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
-    axis = canonical_axis(axis, xs[0].ndim, "cat")
-    for i, x in enumerate(xs[1:], 1):
+    for x in xs[1:]:
         if x.ndim != xs[0].ndim:
             raise RuntimeError(f"Tensors must have same number of dimensions: got {xs[0].ndim} and {x.ndim}")
+    axis = canonical_axis(axis, xs[0].ndim, "cat")
+    for i, x in enumerate(xs[1:], 1):
         for d, (a, b) in enumerate(zip(xs[0].shape, x.shape)):
             if d != axis and a != b:
                 raise RuntimeError(f"Sizes of tensors must match except in dimension {axis}. Expected size {a} but "

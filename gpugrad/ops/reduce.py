@@ -203,6 +203,8 @@ class Var(_Reduce):
         return self._vjp(xp, self.saved[0], gy)
 
     def jvp(self, xp, ins, out, ts):  # d var = 2 Σ (x - mean) t / (n - correction)
+        if not self.n:  # nothing reduced: 0, as torch (not 0 * 2 / 0)
+            return xp.zeros_like(out)
         x = ins[0]
         centered = x - _mean(xp, x, self.axes, self.n)
         return xp.sum(centered * ts[0], axis=self.axes, keepdims=self.keepdims) * (

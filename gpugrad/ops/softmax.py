@@ -58,13 +58,13 @@ class Softmax(_RowOp):
 
     def backward_graph(self, xp, gy):
         y = self._output(xp)
-        if self.ndim == 0:
-            return gy * 0.0  # softmax of one element is 1: constant
+        if self.ndim == 0:  # y (gy - gy y): 0 for y = 1, but through y, as torch (NaN for a NaN or inf x)
+            return y * (gy - gy * y)
         return y * (gy - (gy * y).sum(axis=self.undo[0], keepdims=True))
 
     def _jvp(self, impl, xp, ins, out, ts):  # the Jacobian is symmetric: the VJP's formula on the tangent
         if self.ndim == 0:
-            return ts[0] * 0.0
+            return out * (ts[0] - ts[0] * out)
         return out * (ts[0] - xp.sum(ts[0] * out, axis=self.undo[0] - self.ndim, keepdims=True))
 
     @staticmethod
@@ -79,13 +79,13 @@ class LogSoftmax(_RowOp):
 
     def backward_graph(self, xp, gy):
         y = self._output(xp)
-        if self.ndim == 0:
-            return gy * 0.0
+        if self.ndim == 0:  # gy - e^y gy: 0 for y = 0, but through y, as torch (NaN for a NaN or inf x)
+            return gy - y.exp() * gy
         return gy - y.exp() * gy.sum(axis=self.undo[0], keepdims=True)
 
     def _jvp(self, impl, xp, ins, out, ts):  # t - Σ softmax(x) t (the row's d logsumexp)
         if self.ndim == 0:
-            return ts[0] * 0.0
+            return ts[0] - xp.exp(out) * ts[0]
         return ts[0] - xp.sum(xp.exp(out) * ts[0], axis=self.undo[0] - self.ndim, keepdims=True)
 
     @staticmethod
@@ -119,8 +119,8 @@ class LogSumExp(KernelOp):
 
     def backward_graph(self, xp, gy):
         x = xp.input_of(self, 0)
-        if self.ndim == 0:
-            return gy * 1.0  # logsumexp of one element is the element
+        if self.ndim == 0:  # gy e^(x - y): gy for x = y, but through x and y, as torch (NaN for a NaN x)
+            return gy * (x - xp.output_of(self, self.saved[1]._data.reshape(()))).exp()
         axis = self.undo[0]
         lse = self.saved[1]._data.reshape(self.undo[1][:-1])
         y = xp.output_of(self, self._be.xp.expand_dims(lse, axis) if self.keepdims else lse)
@@ -131,7 +131,7 @@ class LogSumExp(KernelOp):
     def _jvp(self, impl, xp, ins, out, ts):  # Σ softmax(x) t over the axis
         x, t = ins[0], ts[0]
         if self.ndim == 0:
-            return t
+            return t * xp.exp(x - out)
         axis = self.undo[0] - self.ndim  # from the end: a batch of tangents (B, *x.shape) sums the same axis
         y = out if self.keepdims else xp.expand_dims(out, axis)
         return xp.sum(xp.exp(x - y) * t, axis=axis, keepdims=self.keepdims)

@@ -340,3 +340,101 @@ def test_layer_norm_create_graph_through_a_transposed_view(torch):
         out.append((g.detach().numpy(), x.grad.numpy(), weight.grad.numpy()))
     for a_, b_ in zip(*out):
         np.testing.assert_allclose(a_, b_, rtol=1e-9, atol=1e-12)
+
+
+# -- what the registry-wide fuzzer found in derivatives ----------------------------------------------------------------
+def test_outputs_of_split_cannot_be_used_after_their_base_changed_in_place(torch):
+    for lib in (gpugrad, torch):
+        x = lib.ones(4, requires_grad=True) * 1
+        a, b = x.split(2)
+        x.mul_(2)  # recorded: which of split's outputs it changed is not known
+        with pytest.raises(RuntimeError, match="its base or another view of its base has been modified inplace"):
+            (a * 1).sum().backward()
+
+
+def test_fill_with_a_dual_takes_its_tangent(torch):
+    for lib, fw in ((gpugrad, fwd), (torch, torch.autograd.forward_ad)):
+        with fw.dual_level():
+            y = fw.make_dual(lib.zeros(2, 2, dtype=lib.float64), lib.ones(2, 2, dtype=lib.float64))
+            y.fill_(fw.make_dual(lib.tensor(3.0, dtype=lib.float64), lib.tensor(5.0, dtype=lib.float64)))
+            assert fw.unpack_dual(y).tangent.tolist() == [[5.0, 5.0], [5.0, 5.0]]
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_minimum_tangents_follow_torchs_formula(torch, name):
+    a, b = [1.0, 2.0, NAN, 3.0], [1.0, 0.0, 1.0, NAN]  # a tie, a winner, NaN either side
+    ta, tb = [1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, INF]
+    got = []
+    for lib, fw in ((gpugrad, fwd), (torch, torch.autograd.forward_ad)):
+        with fw.dual_level():
+            x = fw.make_dual(lib.tensor(a, dtype=lib.float64), lib.tensor(ta, dtype=lib.float64))
+            y = fw.make_dual(lib.tensor(b, dtype=lib.float64), lib.tensor(tb, dtype=lib.float64))
+            got.append(fw.unpack_dual(getattr(x, name)(y)).tangent.numpy())
+    np.testing.assert_array_equal(got[0], got[1])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy warns about the values' x / 0 (the point here)
+def test_division_tangent_at_zero_and_variance_tangent_of_nothing(torch):
+    got = []
+    for lib, fw in ((gpugrad, fwd), (torch, torch.autograd.forward_ad)):
+        with fw.dual_level():
+            a = fw.make_dual(lib.tensor([1.0, 0.0, -1.0]), lib.tensor([1.0, 1.0, 1.0]))
+            b = fw.make_dual(lib.tensor([0.0, 0.0, 0.0]), lib.tensor([1.0, 2.0, 0.0]))
+            e = fw.make_dual(lib.zeros(2, 0), lib.zeros(2, 0))
+            got.append((fw.unpack_dual(a / b).tangent.numpy(), fw.unpack_dual(e.var(1, correction=0)).tangent.numpy()))
+    for g, t in zip(*got):
+        np.testing.assert_array_equal(g, t)
+
+
+def test_zero_norm_has_no_gradient_and_a_zero_tangent(torch):
+    for lib, fw in ((gpugrad, fwd), (torch, torch.autograd.forward_ad)):
+        x = _leaf([1.0, 0.0, -2.0], lib)
+        x.norm(0).backward()
+        assert x.grad is None
+        with fw.dual_level():
+            d = fw.make_dual(lib.tensor([1.0, 0.0]), lib.tensor([NAN, 1.0]))
+            assert fw.unpack_dual(d.norm(0)).tangent.item() == 0.0
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp"])
+def test_zero_d_softmax_family_create_graph_depends_on_its_input(torch, name):
+    for value in (0.5, NAN):
+        got = []
+        for lib in (gpugrad, torch):
+            x = lib.tensor(value, dtype=lib.float64, requires_grad=True)
+            (g,) = lib.autograd.grad(getattr(x, name)(0), x, create_graph=True)
+            got.append((g.requires_grad, g.item()))
+        assert got[0][0] and got[1][0]
+        np.testing.assert_array_equal(got[0][1], got[1][1])
+
+
+def test_layer_norm_bias_gradient_under_create_graph_requires_grad(torch):
+    for lib in (gpugrad, torch):
+        f = F if lib is gpugrad else torch.nn.functional
+        x, b = _leaf([[1.0, 2.0, 4.0]], lib), _leaf([0.0, 0.0, 0.0], lib)
+        (gb,) = lib.autograd.grad((f.layer_norm(x, (3,), None, b) * lib.tensor([1.0, 2.0, 3.0])).sum(), b,
+                                  create_graph=True)
+        assert gb.requires_grad and gb.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_identity_bias_act_output_may_change_in_place():
+    x, b = _leaf([[1.0, 2.0]]), _leaf([0.5, 0.5])
+    y = F.bias_act(x, b, "identity")  # as torch's x + b: nothing of y is saved
+    y[0, 0] = 7.0
+    (y * gpugrad.tensor([[2.0, 3.0]])).sum().backward()
+    assert x.grad.tolist() == [[0.0, 3.0]] and b.grad.tolist() == [0.0, 3.0]
+
+
+def test_einsum_operand_changed_in_place_keeps_the_gradient():
+    a, b = gpugrad.tensor(np.arange(12.0).reshape(2, 3, 2)), _leaf(np.ones((2, 2)))
+    y = gpugrad.einsum("ijk,ik->j", a, b)
+    a[-1] = 0.0  # torch's einsum saved its own rearranged copy: legal there
+    y.sum().backward()
+    np.testing.assert_array_equal(b.grad.numpy(), np.arange(12.0).reshape(2, 3, 2).sum(1))
+
+
+def test_pow_exponent_gradient_has_no_nan_in_second_order():
+    a, b = _leaf([0.0, 2.0]), _leaf([2.0, 1.5])
+    (g,) = grad((a ** b).sum(), b, create_graph=True)  # d/db = a^b log a, 0 at a = 0
+    (gg,) = grad(g.sum(), (a,), allow_unused=True)
+    assert g.tolist()[0] == 0.0 and not math.isnan(gg.tolist()[0])

@@ -260,6 +260,23 @@ SAME_AS_TORCH = {
     "movedim_0d": lambda lib: lib.tensor(1.0).movedim(-1, 0),
     "transpose_0d": lambda lib: lib.tensor(1.0).transpose(0, -1),
     "flatten_start_after_end": lambda lib: lib.zeros(2, 3).flatten(1, 0),
+    "sub_alpha_keeps_the_promoted_dtype": lambda lib: lib.tensor(1.0, dtype=lib.float64).sub(_ints(lib, [2]),
+                                                                                              alpha=-0.5),
+    "add_float_alpha_of_ints": lambda lib: _ints(lib, [1, 2]).add(_ints(lib, [1, 1]), alpha=2.5),
+    "sub_bool": lambda lib: lib.tensor([1.0]) - lib.tensor([True]),
+    "sub_two_bools": lambda lib: lib.tensor([True]) - lib.tensor([False]),
+    "neg_bool": lambda lib: -lib.tensor([True]),
+    "norm_inf_of_empty": lambda lib: lib.zeros(0).norm(INF),
+    "pow_halves_at_minus_inf": lambda lib: lib.tensor([-INF, INF, 4.0, 0.0]).pow(-0.5),
+    "pow_half_at_minus_inf": lambda lib: lib.tensor([-INF, INF, 4.0]).pow(0.5),
+    "einsum_elementwise_promotes": lambda lib: lib.einsum("ij,ij->ij", lib.ones(2, 3, dtype=lib.float64),
+                                                          lib.ones(2, 3)),
+    "einsum_contraction_refuses": lambda lib: lib.einsum("ij,jk->ik", lib.ones(2, 3, dtype=lib.float64),
+                                                         lib.ones(3, 2)),
+    "unflatten_bad_sizes": lambda lib: lib.zeros(2, 3).unflatten(1, (2,)),
+    "hstack_ranks": lambda lib: lib.hstack([lib.ones(2), lib.ones(2, 2)]),
+    "index_select_empty_1d": lambda lib: lib.zeros(0).index_select(0, _ints(lib, [0])),
+    "norm_negative_p_at_zero": lambda lib: lib.tensor(0.0).norm(-1),
 }
 
 
@@ -300,3 +317,26 @@ def test_outputs_of_multi_view_ops_refuse_in_place_writes_with_a_graph(torch, sp
         plain[1].add_(1)
         assert plain[1].reshape(-1).tolist() == [2.0, 2.0, 2.0]
     assert gpugrad.ones(2, 3, requires_grad=True).mul(1).tensor_split(2)[0].add_(1) is not None  # as torch's
+
+
+def test_index_put_does_not_cast(torch):
+    for lib in (gpugrad, torch):
+        t = lib.zeros(3)
+        with pytest.raises(RuntimeError, match="Index put requires the source and destination dtypes match"):
+            t[lib.tensor([0, 1])] = lib.ones(2, dtype=lib.float64)
+        t[0:2] = lib.ones(2, dtype=lib.float64)  # a basic key is copy_, which casts
+        assert t.tolist() == [1.0, 1.0, 0.0]
+
+
+def test_diag_of_a_matrix_is_a_copy_and_diagonal_a_view(torch):
+    for lib in (gpugrad, torch):
+        x = lib.ones(3, 3)
+        d, v = lib.diag(x), x.diagonal()
+        x.add_(1)
+        assert d.tolist() == [1.0] * 3 and v.tolist() == [2.0] * 3
+
+
+def test_prod_along_a_dim_is_its_own_contiguous_tensor(torch):
+    for lib in (gpugrad, torch):
+        p = lib.arange(1.0, 7.0).reshape(2, 3).requires_grad_().prod(1, keepdim=True)
+        assert p.is_contiguous() and p.view(-1).tolist() == [6.0, 120.0]  # not a slice of the cumulative products
