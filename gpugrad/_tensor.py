@@ -7,8 +7,7 @@ by ``python -m gpugrad.testing.stubgen``; ``tests/project/test_layering.py`` kee
 """
 from __future__ import annotations
 
-from gpugrad import \
-    functional  # noqa: F401  (registers the composites bound below)
+from gpugrad import functional  # noqa: F401  (registers the composites bound below)
 from gpugrad.core.registry import FRONTENDS
 from gpugrad.core.tensor import TensorBase, set_tensor_class
 from gpugrad.methods.arithmetic import ArithmeticMethods
@@ -18,8 +17,7 @@ from gpugrad.methods.creation import CreationMethods
 from gpugrad.methods.inplace import InplaceMethods
 from gpugrad.methods.movement import MovementMethods
 from gpugrad.methods.printing import PrintingMethods
-from gpugrad.ops import \
-    catalog  # noqa: F401  (registers every op and its frontend)
+from gpugrad.ops import catalog  # noqa: F401  (registers every op and its frontend)
 
 
 class Tensor(AutogradMethods, ArithmeticMethods, MovementMethods, InplaceMethods, ConversionMethods, CreationMethods,

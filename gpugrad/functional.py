@@ -19,15 +19,9 @@ import numpy as np
 
 from gpugrad import return_types
 from gpugrad.backend import deferred
-from gpugrad.core.args import canonical_axis
-from gpugrad.core.args import dims as _dim
-from gpugrad.core.args import index_array as _index_array
-from gpugrad.core.args import sizes as _sizes
-from gpugrad.core.args import with_dtype
+from gpugrad.core.args import canonical_axis, dims as _dim, index_array as _index_array, sizes as _sizes, with_dtype
 from gpugrad.core.registry import composite
-from gpugrad.core.tensor import TensorBase, as_operand
-from gpugrad.core.tensor import make as _make
-from gpugrad.core.tensor import on_own_device as _on_own_device
+from gpugrad.core.tensor import TensorBase, as_operand, make as _make, on_own_device as _on_own_device
 from gpugrad.core.views import mark_multi_output, shares_memory
 from gpugrad.dtypes import scalar_type_name
 from gpugrad.ops.activation import POINTWISE_OPS

@@ -22,8 +22,8 @@ import gpugrad
 import gpugrad.nn.functional as F
 from gpugrad.ops.activation import Dropout
 from gpugrad.ops.convert import ToDevice
-from tests.exact import (FLOATS, MP, cross_entropy_mean, cross_entropy_rows, ew, exact, gelu_erf, gelu_tanh,
-                         layer_norm, log_softmax, lse, sigmoid, softmax, softplus, where)
+from tests.exact import (FLOATS, MP, cross_entropy_mean, cross_entropy_rows, ew, exact, gelu_erf, gelu_tanh, layer_norm,
+                         log_softmax, lse, sigmoid, softmax, softplus, where)
 
 LN2, LN3 = math.log(2), math.log(3)
 

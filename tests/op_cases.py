@@ -16,8 +16,8 @@ import gpugrad
 import gpugrad.nn.functional as F
 from gpugrad.backend import reference as R
 from gpugrad.ops.activation import Dropout
-from gpugrad.ops.declarations import ACTIVATIONS, POINTWISE
 from gpugrad.ops.convert import ToDevice
+from gpugrad.ops.declarations import ACTIVATIONS, POINTWISE
 
 
 @dataclass

@@ -10,12 +10,10 @@ from gpugrad.autograd.custom import Function, FunctionCtx
 from gpugrad.autograd.draw import draw
 from gpugrad.autograd.explain import explain
 from gpugrad.autograd.gradcheck import GradcheckError, gradcheck
-from gpugrad.core.anomaly import (detect_anomaly, is_anomaly_check_nan_enabled,
-                                  is_anomaly_enabled, set_detect_anomaly)
+from gpugrad.core.anomaly import detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled, set_detect_anomaly
 from gpugrad.core.backprop import backward, grad
-from gpugrad.core.grad_mode import (enable_grad, inference_mode,
-                                    is_grad_enabled, is_inference_mode_enabled,
-                                    no_grad, set_grad_enabled)
+from gpugrad.core.grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
+                                    set_grad_enabled)
 from gpugrad.core.node import AccumulateGrad, Node
 from gpugrad.core.op import Op
 from gpugrad.core.trace import record

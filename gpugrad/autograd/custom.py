@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from gpugrad._tensor import Tensor
-from gpugrad.core.anomaly import STATE as _ANOMALY
-from gpugrad.core.anomaly import record as _record_stack
+from gpugrad.core.anomaly import STATE as _ANOMALY, record as _record_stack
 from gpugrad.core.grad_mode import STATE, enable_grad, no_grad
 from gpugrad.core.node import AccumulateGrad, Node
 

@@ -21,8 +21,7 @@ from gpugrad._tensor import Tensor
 from gpugrad.autograd import forward_ad as fwd
 from gpugrad.backend import on
 from gpugrad.core.backprop import grad
-from gpugrad.core.grad_mode import (enable_grad, is_grad_enabled,
-                                    set_grad_enabled)
+from gpugrad.core.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
 from gpugrad.creation import ones_like, zeros, zeros_like
 from gpugrad.ops.movement import Stack
 

@@ -24,8 +24,7 @@ from __future__ import annotations
 from gpugrad.backend import capture, cuda, kernels
 from gpugrad.backend.device import Device
 from gpugrad.backend.select import backend_of, get_backend
-from gpugrad.backend.status import (  # noqa: F401  (raise_pending: every host read's)
-    _error, _site, arm, raise_pending)
+from gpugrad.backend.status import _error, _site, arm, raise_pending  # noqa: F401  (raise_pending: every host read's)
 
 
 def fused_check(ids, n, error, message):

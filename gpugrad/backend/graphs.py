@@ -17,8 +17,7 @@ capturing, as with PyTorch, so that lazily made state (optimizer buffers, gradie
 from __future__ import annotations
 
 from gpugrad.backend import cuda
-from gpugrad.backend.capture import (  # noqa: F401  (ops name themselves in errors)
-    CAPTURING, REPLAYS, capture_error)
+from gpugrad.backend.capture import CAPTURING, REPLAYS, capture_error  # noqa: F401  (ops name themselves in errors)
 
 
 class CUDAGraph:

@@ -5,8 +5,7 @@ import os
 
 import numpy as np
 
-from gpugrad.backend import cuda
-from gpugrad.backend import device as _device
+from gpugrad.backend import cuda, device as _device
 from gpugrad.backend.base import CPU, Backend
 from gpugrad.backend.cuda_backend import CudaBackend
 from gpugrad.backend.device import Device, parse_device

@@ -5,7 +5,6 @@ with byte and flop counts and hand-written baselines, one module per family), ``
 one device) and ``report`` (tables, JSON, plot). Importing this package imports neither CuPy nor PyTorch; both are
 loaded only when a workload needs them.
 """
-from gpugrad.bench.timing import (Timer, Timing, measure, measure_many,
-                                  timer_for)
+from gpugrad.bench.timing import Timer, Timing, measure, measure_many, timer_for
 
 __all__ = ["Timer", "Timing", "measure", "measure_many", "timer_for"]

@@ -9,8 +9,7 @@ from gpugrad.backend import get_backend
 from gpugrad.bench.timing import timer_for
 from gpugrad.bench.workloads.engine import run_engine
 from gpugrad.bench.workloads.inputs import Inputs
-from gpugrad.bench.workloads.kernels import (KERNELS, peak_copy,
-                                             peak_vector_copy, run_kernels)
+from gpugrad.bench.workloads.kernels import KERNELS, peak_copy, peak_vector_copy, run_kernels
 from gpugrad.bench.workloads.matmul import run_matmuls
 from gpugrad.bench.workloads.mlp import MLP_IMPLS, run_mlp
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from gpugrad.backend import graphs as _graphs
-from gpugrad.core import anomaly as _anomaly
-from gpugrad.core import trace as _trace
+from gpugrad.core import anomaly as _anomaly, trace as _trace
 from gpugrad.core.forward_state import STATE as _FORWARD
 from gpugrad.core.grad_mode import enable_grad, no_grad
 from gpugrad.core.node import AccumulateGrad

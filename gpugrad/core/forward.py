@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from gpugrad.backend import on
 from gpugrad.core import tensor_xp
-from gpugrad.core.forward_state import (DERIVED, PARENTS, STATE, pause,
-                                        remember, set_tangent)
-from gpugrad.core.grad_mode import STATE as _GRAD
-from gpugrad.core.grad_mode import no_grad
+from gpugrad.core.forward_state import DERIVED, PARENTS, STATE, pause, remember, set_tangent
+from gpugrad.core.grad_mode import STATE as _GRAD, no_grad
 from gpugrad.core.registry import REGISTRY
 from gpugrad.core.tensor import TensorBase, make
 from gpugrad.core.views import root_array, shadow

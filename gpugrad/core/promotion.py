@@ -13,8 +13,7 @@ import numpy as np
 
 from gpugrad.core.grad_mode import STATE as GRAD
 from gpugrad.core.tensor import TensorBase
-from gpugrad.dtypes import (DEFAULTS, as_dtype, combine_categories,
-                            default_complex, promote_np)
+from gpugrad.dtypes import DEFAULTS, as_dtype, combine_categories, default_complex, promote_np
 
 
 def _np_result_type(operands):

@@ -18,8 +18,7 @@ import weakref
 
 import numpy as np
 
-from gpugrad.core.forward_state import STATE as FORWARD
-from gpugrad.core.forward_state import note_view, set_tangent
+from gpugrad.core.forward_state import STATE as FORWARD, note_view, set_tangent
 from gpugrad.core.grad_mode import enable_grad
 from gpugrad.core.node import AccumulateGrad
 from gpugrad.core.registry import REGISTRY

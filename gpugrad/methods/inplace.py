@@ -6,10 +6,8 @@ from gpugrad.core.args import basic_key, index_key
 from gpugrad.core.forward import inplace_result, write_tangent
 from gpugrad.core.forward_state import STATE as FORWARD
 from gpugrad.core.grad_mode import STATE, no_grad
-from gpugrad.core.tensor import (TensorBase, as_operand, make, new,
-                                 on_own_device)
-from gpugrad.core.views import (before_write, check_fits, check_overlap, fresh,
-                                rebase, write_through)
+from gpugrad.core.tensor import TensorBase, as_operand, make, new, on_own_device
+from gpugrad.core.views import before_write, check_fits, check_overlap, fresh, rebase, write_through
 from gpugrad.dtypes import can_cast, scalar_type_name
 from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace, Overwrite

@@ -1,14 +1,12 @@
 """Neural-network building blocks: ``Module``, ``Parameter``, layers, losses, ``init``, ``functional`` and ``utils``."""
 from gpugrad.nn import functional, init, parallel, utils  # noqa: F401
-from gpugrad.nn.activation import (ELU, GELU, Dropout, LeakyReLU, LogSoftmax,
-                                   ReLU, Sigmoid, SiLU, Softmax, Softplus,
+from gpugrad.nn.activation import (ELU, GELU, Dropout, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Softplus,
                                    Tanh)
 from gpugrad.nn.container import MLP, ModuleDict, ModuleList, Sequential
 from gpugrad.nn.embedding import Embedding
 from gpugrad.nn.linear import Flatten, Identity, Linear, Unflatten
-from gpugrad.nn.loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss,
-                             HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
-                             SmoothL1Loss)
+from gpugrad.nn.loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss,
+                             NLLLoss, SmoothL1Loss)
 from gpugrad.nn.module import Module
 from gpugrad.nn.norm import BatchNorm1d, BatchNorm2d, LayerNorm
 from gpugrad.nn.parameter import Parameter

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from gpugrad.creation import empty
-from gpugrad.nn import functional as F
-from gpugrad.nn import init
+from gpugrad.nn import functional as F, init
 from gpugrad.nn.module import Module
 from gpugrad.nn.parameter import Parameter
 

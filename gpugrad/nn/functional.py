@@ -8,19 +8,16 @@ import numpy as np
 
 from gpugrad._tensor import Tensor
 from gpugrad.backend import deferred, on
-from gpugrad.core.args import index_array as _index_array
-from gpugrad.core.args import with_dtype
+from gpugrad.core.args import index_array as _index_array, with_dtype
 from gpugrad.core.grad_mode import no_grad
 from gpugrad.core.tensor import as_operand
 from gpugrad.functional import where as _where
 from gpugrad.ops.activation import POINTWISE_OPS, BiasAct, Dropout
 from gpugrad.ops.declarations import ACTIVATIONS
-from gpugrad.ops.loss import (BinaryCrossEntropy, BinaryCrossEntropyWithLogits,
-                              CrossEntropy, HuberLoss, MseLoss, NllLoss,
-                              SmoothL1Loss, TokenLogProb)
+from gpugrad.ops.loss import (BinaryCrossEntropy, BinaryCrossEntropyWithLogits, CrossEntropy, HuberLoss, MseLoss,
+                              NllLoss, SmoothL1Loss, TokenLogProb)
 from gpugrad.ops.matmul import Linear
-from gpugrad.ops.norm import Embedding as _Embedding
-from gpugrad.ops.norm import LayerNorm as _LayerNorm
+from gpugrad.ops.norm import Embedding as _Embedding, LayerNorm as _LayerNorm
 from gpugrad.random import generator
 
 

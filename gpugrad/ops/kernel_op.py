@@ -1,8 +1,7 @@
 """Ops whose math is a kernel pair from ``kernels/``."""
 from __future__ import annotations
 
-from gpugrad.backend import kernels as K
-from gpugrad.backend import reference as R
+from gpugrad.backend import kernels as K, reference as R
 from gpugrad.core.op import Op
 
 

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import math
 
-from gpugrad.backend import deferred
-from gpugrad.backend import reference as R
+from gpugrad.backend import deferred, reference as R
 from gpugrad.core import tensor_xp
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register

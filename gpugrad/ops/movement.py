@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from gpugrad.backend import deferred
-from gpugrad.core.args import (basic_key, canonical_axis, dims, index_array,
-                               sizes)
+from gpugrad.core.args import basic_key, canonical_axis, dims, index_array, sizes
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
 from gpugrad.core.tensor import TensorBase, new

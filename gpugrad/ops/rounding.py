@@ -2,8 +2,7 @@
 dividend's sign).  Integers stay integers, as in torch."""
 from __future__ import annotations
 
-from gpugrad.backend import deferred
-from gpugrad.backend import reference as R
+from gpugrad.backend import deferred, reference as R
 from gpugrad.core.op import Op
 from gpugrad.core.registry import composite, register
 from gpugrad.core.tensor import as_operand

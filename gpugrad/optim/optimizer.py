@@ -18,9 +18,7 @@ from collections import defaultdict
 import numpy as np
 
 from gpugrad._tensor import Tensor
-from gpugrad.backend import backend_of
-from gpugrad.backend import capture as _capture
-from gpugrad.backend import on
+from gpugrad.backend import backend_of, capture as _capture, on
 from gpugrad.backend.reference import float16_params_error
 from gpugrad.core.backprop import clear_grad
 from gpugrad.core.grad_mode import enable_grad, no_grad

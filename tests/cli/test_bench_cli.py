@@ -11,13 +11,13 @@ import pytest
 import gpugrad
 from gpugrad.backend import get_backend
 from gpugrad.bench import suites
+from gpugrad.bench.timing import HostClock, Timing, measure, measure_many
 from gpugrad.bench.workloads.inputs import Inputs, _flatten, bytes_moved
 from gpugrad.bench.workloads.kernels import KERNEL_BY_ID, KERNELS, kernel_workload, peak_copy, run_kernels
 from gpugrad.bench.workloads.matmul import mlp_matmuls
 from gpugrad.bench.workloads.mlp import mlp_steps
 from gpugrad.bench.workloads.ops import OPS
 from gpugrad.bench.workloads.torch_peer import torch_unavailable_reason
-from gpugrad.bench.timing import HostClock, Timing, measure, measure_many
 from gpugrad.cli import main as cli_main
 
 try:

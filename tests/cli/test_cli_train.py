@@ -17,7 +17,6 @@ import gpugrad
 from gpugrad.cli import checkpoint, main
 from gpugrad.cli.train import EXIT_INTERRUPTED
 from gpugrad.data import load_digits, write_idx_dir
-
 from tests import bad_files
 
 REPO = Path(__file__).resolve().parents[2]

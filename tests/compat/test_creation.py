@@ -8,7 +8,6 @@ import numpy as np
 
 from tests.compat.harness import compat
 
-
 # --- tensor(): dtype inference -------------------------------------------------------------------------------------
 
 @compat

@@ -13,7 +13,6 @@ import pytest
 import gpugrad
 from tests.compat.harness import compat
 
-
 # --- NumPy ---------------------------------------------------------------------------------------------------------
 
 @compat

@@ -10,7 +10,6 @@ import pytest
 import gpugrad
 from gpugrad.data import DataLoader, Dataset, IdxError, TensorDataset, digits_split, load_digits, load_idx_dir
 from gpugrad.data.idx import read_idx, write_idx, write_idx_dir
-
 from tests import bad_files
 
 

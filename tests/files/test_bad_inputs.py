@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests import bad_files
 from gpugrad.cli import checkpoint, main
 from gpugrad.cli.checkpoint import CheckpointError
 from gpugrad.data import IdxError, TensorDataset, load_idx_dir, read_idx, write_idx, write_idx_dir
+from tests import bad_files
 
 FAST = ["--hidden", "8", "--device", "cpu", "--epochs", "1", "--quiet"]
 _GOOD = {}  # one trained checkpoint per session, copied into each case's directory

@@ -20,7 +20,6 @@ import pytest
 import gpugrad
 from gpugrad.serialization import FORMAT, SerializationError
 
-
 MAX_BYTES_ENV = "GPUGRAD_MAX_CHECKPOINT_BYTES"  # the CLI checkpoint reader's cap, shared by gpugrad.load
 
 

@@ -95,8 +95,8 @@ def test_a_model_and_optimizer_checkpoint_resumes_bit_identically(tmp_path):
 
 
 def test_the_file_is_safetensors_with_a_json_manifest(tmp_path):
-    from safetensors.numpy import load_file
     from safetensors import safe_open
+    from safetensors.numpy import load_file
 
     path = tmp_path / "t.pt"
     t = gpugrad.arange(3.0)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gpugrad.testing import cuda_emu
-from gpugrad.testing.cuda_emu import EmuModule, EmuRuntime, EmulationError, compiler_available
+from gpugrad.testing.cuda_emu import EmulationError, EmuModule, EmuRuntime, compiler_available
 
 pytestmark = pytest.mark.skipif(not compiler_available(), reason="g++ not found (the CUDA emulator compiles with it)")
 

@@ -100,9 +100,9 @@ def test_bench_peak_is_the_larger_of_memcpy_and_the_float4_copy_kernel():
     """On a CUDA device ``gpugrad bench`` times gpugrad's float4 copy (kernels.copy_) beside the cudaMemcpy copy and
     holds the kernels to the faster; the CPU keeps its one copy peak."""
     from gpugrad.bench import report
+    from gpugrad.bench.timing import timer_for
     from gpugrad.bench.workloads.inputs import Inputs
     from gpugrad.bench.workloads.kernels import KERNEL_BY_ID, peak_copy, peak_vector_copy, run_kernels
-    from gpugrad.bench.timing import timer_for
 
     be = get_backend("cuda")
     assert peak_vector_copy(get_backend("cpu"), 960) is None

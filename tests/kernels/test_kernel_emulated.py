@@ -21,7 +21,7 @@ from gpugrad.backend import kernels, reference
 from tests.kernel_cases import CASES, DTYPES, OFFSET_SHAPES, TOLERANCE, offset, rng_for, strided
 
 try:
-    from gpugrad.testing.cuda_emu import EmuRuntime, EmulationError, compiler_available
+    from gpugrad.testing.cuda_emu import EmulationError, EmuRuntime, compiler_available
 except ImportError as e:  # the emulator is optional: these tests skip, the static ones below still run
     EmuRuntime, _EMU_MISSING = None, f"CPU emulator not importable: {e}"
 else:

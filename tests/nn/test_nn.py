@@ -11,8 +11,7 @@ import pytest
 import gpugrad
 from gpugrad import nn
 from gpugrad.autograd import gradcheck
-from gpugrad.nn import functional as F
-from gpugrad.nn import init
+from gpugrad.nn import functional as F, init
 from gpugrad.testing import cuda_sim
 
 CPU = "cpu"

@@ -21,9 +21,9 @@ from gpugrad import nn, optim
 from gpugrad.backend import kernels, reference
 from gpugrad.ops import REGISTRY
 from gpugrad.ops.kernel_op import KernelOp
+from tests.cuda.test_parity import TOL as PARITY_TOL
 from tests.kernel_cases import CASES as KERNEL_CASES, rng_for
 from tests.op_cases import CASES as OP_CASES, case_inputs
-from tests.cuda.test_parity import TOL as PARITY_TOL
 
 try:
     from gpugrad.testing.cuda_emu import EmuRuntime, compiler_available

@@ -23,30 +23,19 @@ Like the references, launchers accept any layout (in-place buffers too) and floa
 from __future__ import annotations
 
 from gpugrad.backend.kernels import elementwise
-from gpugrad.backend.kernels.check import (STATUS_WORDS, check_finite,
-                                           check_index)
-from gpugrad.backend.kernels.elementwise import (accumulate_, bias_act_bwd,
-                                                 bias_act_fwd, copy_,
-                                                 dropout_bwd, dropout_fwd)
-from gpugrad.backend.kernels.launch import (ROW_BLOCK_MAX, TEAM_CACHE,
-                                            row_block, row_plan)
-from gpugrad.backend.kernels.loss import (softmax_xent_bwd, softmax_xent_fwd,
-                                          token_logprob_bwd, token_logprob_fwd)
-from gpugrad.backend.kernels.names import (CTYPES, ELEMENTWISE, INDEX_CTYPES,
-                                           NAME_EXPRESSIONS, POINTWISE_OPS,
+from gpugrad.backend.kernels.check import STATUS_WORDS, check_finite, check_index
+from gpugrad.backend.kernels.elementwise import accumulate_, bias_act_bwd, bias_act_fwd, copy_, dropout_bwd, dropout_fwd
+from gpugrad.backend.kernels.launch import ROW_BLOCK_MAX, TEAM_CACHE, row_block, row_plan
+from gpugrad.backend.kernels.loss import softmax_xent_bwd, softmax_xent_fwd, token_logprob_bwd, token_logprob_fwd
+from gpugrad.backend.kernels.names import (CTYPES, ELEMENTWISE, INDEX_CTYPES, NAME_EXPRESSIONS, POINTWISE_OPS,
                                            RAW_KERNELS, USES, instantiations)
 from gpugrad.backend.kernels.norm import layer_norm_bwd, layer_norm_fwd
-from gpugrad.backend.kernels.optim import (adagrad_multi_update_,
-                                           adam_multi_update_, adam_update_,
-                                           rmsprop_multi_update_, set_hyper_,
-                                           sgd_multi_update_, sgd_update_)
-from gpugrad.backend.kernels.reduce import (log_softmax_bwd, log_softmax_fwd,
-                                            logsumexp_bwd, logsumexp_fwd,
-                                            softmax_bwd, softmax_fwd, sum_rows)
-from gpugrad.backend.kernels.runtimes import (CupyRuntime, runtime,
-                                              use_runtime, warm_up)
-from gpugrad.backend.kernels.sources import (FAMILIES, OPTIONS, inline_source,
-                                             kernel_dir, source)
+from gpugrad.backend.kernels.optim import (adagrad_multi_update_, adam_multi_update_, adam_update_,
+                                           rmsprop_multi_update_, set_hyper_, sgd_multi_update_, sgd_update_)
+from gpugrad.backend.kernels.reduce import (log_softmax_bwd, log_softmax_fwd, logsumexp_bwd, logsumexp_fwd, softmax_bwd,
+                                            softmax_fwd, sum_rows)
+from gpugrad.backend.kernels.runtimes import CupyRuntime, runtime, use_runtime, warm_up
+from gpugrad.backend.kernels.sources import FAMILIES, OPTIONS, inline_source, kernel_dir, source
 from gpugrad.backend.kernels.validate import CALLS
 
 # The declared pointwise ops' launchers <op>_fwd / <op>_bwd (relu_fwd, gelu_bwd, ...) are generated, one per op and

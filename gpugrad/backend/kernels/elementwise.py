@@ -6,13 +6,10 @@ import inspect
 import math
 
 from gpugrad.backend import reference
-from gpugrad.backend.kernels.launch import (_column_out, _column_plan,
-                                            _column_sum)
+from gpugrad.backend.kernels.launch import _column_out, _column_plan, _column_sum
 from gpugrad.backend.kernels.names import ELEMENTWISE, _saves_x
 from gpugrad.backend.kernels.runtimes import runtime
-from gpugrad.backend.kernels.validate import (CALLS, _check_float,
-                                              _check_shapes, _contiguous,
-                                              _describe)
+from gpugrad.backend.kernels.validate import CALLS, _check_float, _check_shapes, _contiguous, _describe
 from gpugrad.backend.reference.float16 import opmath_all
 from gpugrad.ops.declarations import ACTIVATIONS, KERNEL_OPS, POINTWISE
 

@@ -7,8 +7,7 @@ import math
 from gpugrad.backend import reference
 from gpugrad.backend.kernels.check import _check_status, _status
 from gpugrad.backend.kernels.launch import _launch_rows
-from gpugrad.backend.kernels.validate import (_check_float, _check_shapes,
-                                              _describe, _rows_in)
+from gpugrad.backend.kernels.validate import _check_float, _check_shapes, _describe, _rows_in
 from gpugrad.backend.reference.float16 import opmath_all
 from gpugrad.backend.reference.loss import REDUCTIONS
 

@@ -2,8 +2,7 @@
 gradients as column sums)."""
 from __future__ import annotations
 
-from gpugrad.backend.kernels.launch import (_column_out, _column_plan,
-                                            _column_sum, _launch_team_rows)
+from gpugrad.backend.kernels.launch import _column_out, _column_plan, _column_sum, _launch_team_rows
 from gpugrad.backend.kernels.names import CTYPES, _expr
 from gpugrad.backend.kernels.validate import _rows_in
 from gpugrad.backend.reference.float16 import opmath_all

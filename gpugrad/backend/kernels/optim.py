@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from gpugrad.backend.kernels.names import _expr
 from gpugrad.backend.kernels.runtimes import runtime
-from gpugrad.backend.kernels.validate import (CALLS, _check_float,
-                                              _check_shapes, _describe)
+from gpugrad.backend.kernels.validate import CALLS, _check_float, _check_shapes, _describe
 from gpugrad.backend.reference.float16 import opmath_all
 
 _OPTIM_BLOCK, _OPTIM_MAX_GRID = 256, 4096

@@ -7,8 +7,7 @@ import math
 import numpy as np
 
 from gpugrad.backend.reference.common import _quiet, _s
-from gpugrad.backend.reference.erf import (_INV_SQRT_2PI, _INV_SQRT_PI,
-                                           _SQRT1_2, _erf)
+from gpugrad.backend.reference.erf import _INV_SQRT_2PI, _INV_SQRT_PI, _SQRT1_2, _erf
 from gpugrad.backend.reference.float16 import opmath_all
 from gpugrad.ops.declarations import POINTWISE
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 import os
 import types
 
-from gpugrad.testing.cuda_sim._state import (SyncForbidden, counters,
-                                             forbid_syncs, reset_counters,
-                                             trace)
+from gpugrad.testing.cuda_sim._state import SyncForbidden, counters, forbid_syncs, reset_counters, trace
 
 __all__ = ["module", "cublas_library", "enabled", "requested_devices", "counters", "reset_counters", "trace", "forbid_syncs",
            "SyncForbidden"]
@@ -67,8 +65,7 @@ def module(devices: int | None = None) -> types.ModuleType:
     global _module
     import numpy as np
 
-    from gpugrad.testing.cuda_sim import (_state, array, cuda, functions,
-                                          kernels, random)
+    from gpugrad.testing.cuda_sim import _state, array, cuda, functions, kernels, random
     from gpugrad.testing.cuda_sim.namespace import load
 
     _state.device_count = devices or requested_devices() or _state.device_count

@@ -12,9 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpugrad.testing.cuda_sim import _state
-from gpugrad.testing.cuda_sim.array import (_wrap_index, inputs_of, ndarray,
-                                            new, refill, unwrap, unwrap_kwargs,
-                                            wrap)
+from gpugrad.testing.cuda_sim.array import _wrap_index, inputs_of, ndarray, new, refill, unwrap, unwrap_kwargs, wrap
 from gpugrad.testing.cuda_sim.namespace import load
 
 # Functions whose result's size depends on the data: the host must read it back first.

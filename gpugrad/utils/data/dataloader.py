@@ -28,11 +28,9 @@ from gpugrad.backend import backend_of, get_backend
 from gpugrad.creation import as_tensor, tensor
 from gpugrad.ops.movement import Stack
 from gpugrad.utils.data import _worker
-from gpugrad.utils.data._worker import \
-    get_worker_info  # noqa: F401  (torch's home of it)
+from gpugrad.utils.data._worker import get_worker_info  # noqa: F401  (torch's home of it)
 from gpugrad.utils.data.dataset import IterableDataset, TensorDataset
-from gpugrad.utils.data.sampler import (BatchSampler, RandomSampler,
-                                        SequentialSampler)
+from gpugrad.utils.data.sampler import BatchSampler, RandomSampler, SequentialSampler
 
 PRELOAD_LIMIT = 1 << 30  # bytes: TensorDatasets up to 1 GiB are copied to the device once ("auto" preload)
 ORDER_CHUNK = 1 << 16  # sample indices a TensorDataset's loader reads from its sampler (and copies) at a time
