@@ -143,6 +143,17 @@ def default_complex():
 _CAT = {"b": 0, "u": 1, "i": 1, "f": 2, "V": 2, "c": 3}
 
 
+_SCALAR_TYPES = {np.dtype(k): v for k, v in (("float16", "Half"), ("float32", "Float"), ("float64", "Double"),
+                                             ("int8", "Char"), ("uint8", "Byte"), ("int16", "Short"), ("int32", "Int"),
+                                             ("int64", "Long"), ("bool", "Bool"), ("complex64", "ComplexFloat"),
+                                             ("complex128", "ComplexDouble"))}
+
+
+def scalar_type_name(d) -> str:
+    """torch's C++ name of a dtype (Float, Double, Long, ...), as its error messages spell it."""
+    return _SCALAR_TYPES.get(np.dtype(to_np(d)), str(d))
+
+
 def promote_np(a, b):
     """torch.promote_types on NumPy dtypes: within integers, or within floats and complex, as NumPy; across them,
     the floating type wins (int64 with float16 is float16; NumPy would widen to float64)."""

@@ -11,21 +11,24 @@ the values with ``gather``, so the gradient goes to the returned indices (torch'
 from __future__ import annotations
 
 import builtins
+import math
 import numbers
-from collections import Counter
 
 import numpy as np
 
 from gpugrad import return_types
+from gpugrad.backend import deferred
 from gpugrad.core.args import canonical_axis, dims as _dim, index_array as _index_array, sizes as _sizes, with_dtype
 from gpugrad.core.op import named as _named
 from gpugrad.core.registry import composite
 from gpugrad.core.tensor import TensorBase, as_operand, make as _make, on_own_device as _on_own_device
+from gpugrad.core.views import mark_multi_output, shares_memory
+from gpugrad.dtypes import scalar_type_name
 from gpugrad.ops.activation import POINTWISE_OPS
 from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace
 from gpugrad.ops.matmul import Matmul
-from gpugrad.ops.movement import Cat, Gather, Pieces, tensors_of
+from gpugrad.ops.movement import Cat, Diagonal, Gather, Pieces, tensors_of
 from gpugrad.ops.reduce import Max, Median, Min
 from gpugrad.ops.scan import Cumprod
 
@@ -36,6 +39,7 @@ def _axis(input, dim, op):
 
 @composite("hstack", method=False)
 def hstack(tensors):
+    tensors = [t.reshape(1) if not t.ndim else t for t in tensors_of(tensors, "hstack")]  # atleast_1d, as torch
     return Cat.cat(tensors, 0 if all(t.ndim == 1 for t in tensors) else 1)
 
 
@@ -148,7 +152,8 @@ def mode(input, dim=-1, keepdim=False):
         rows = moved.reshape(-1, moved.shape[-1])
         order = xp.argsort(rows, axis=1, kind="stable")
         s = xp.take_along_axis(rows, order, axis=1)
-        run = xp.cumsum(xp.concatenate([xp.zeros((len(s), 1), dtype=bool), s[:, 1:] != s[:, :-1]], axis=1), axis=1)
+        new = (s[:, 1:] != s[:, :-1]) & ~((s[:, 1:] != s[:, 1:]) & (s[:, :-1] != s[:, :-1]))  # NaNs: one run, as torch
+        run = xp.cumsum(xp.concatenate([xp.zeros((len(s), 1), dtype=bool), new], axis=1), axis=1)
         counts = xp.zeros(s.shape, dtype=xp.int32)
         xp.add.at(counts, (xp.arange(len(s))[:, None], run), 1)  # the length of each run of equal values
         best = xp.argmax(counts, axis=1)[:, None]  # the first longest run: the smallest of the most frequent values
@@ -171,10 +176,13 @@ def argsort(input, dim=-1, descending=False, stable=False):
 @composite("topk")
 def topk(input, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's name
     """The k largest (or smallest) values along ``dim``, in order, and their indices."""
+    # NOTE: as torch, a 0-d tensor gives its element for k = 0 too (its results are 0-d, so they hold one element)
+    n = 1 if not input.ndim and k == 0 else k
+
     def index(xp, x, d):
-        if not 0 <= k <= x.shape[d]:
+        if not 0 <= n <= x.shape[d]:
             raise RuntimeError(f"topk(): selected index k={k} out of range for dimension {d} of size {x.shape[d]}")
-        return _argsort(xp, x, d, largest)[(slice(None),) * d + (slice(0, k),)]
+        return _argsort(xp, x, d, largest)[(slice(None),) * d + (slice(0, n),)]
     return _pick(input, dim, True, index, return_types.topk, "topk", False)
 
 
@@ -193,7 +201,9 @@ def prod(input, dim=None, keepdim=False, *, dtype=None, **kw):
     if x.shape[d] == 0:  # the empty product: 1
         return _named(x.sum(d, a["keepdims"]) * 0 + 1, "ProdBackward1")
     y = Cumprod.apply(x, axis=d)
-    return _named(y[(slice(None),) * d + (slice(-1, None) if a["keepdims"] else -1,)], "ProdBackward1")
+    # a tensor of its own, as torch's (not a view into the cumulative products: in-place writes and saved-value
+    # checks treat it as torch does)
+    return _named(y[(slice(None),) * d + (slice(-1, None) if a["keepdims"] else -1,)].clone(), "ProdBackward1")
 
 
 @composite("var_mean", method=False)
@@ -228,14 +238,15 @@ def split(input, split_size_or_sections, dim=0):
         if builtins.sum(sizes) != n or builtins.min(sizes, default=0) < 0:
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
                                f"dimension {d}), but got split_sizes={sizes}")
-    pieces = _split_views(input, sizes, d)
-    return _grouped(input, pieces, d, False, "SplitBackward0" if isinstance(split_size_or_sections, numbers.Integral)
-                    else "SplitWithSizesBackward0")
+    named = "Split" if isinstance(split_size_or_sections, numbers.Integral) else "SplitWithSizes"
+    return _grouped(input, _split_views(input, sizes, d, named), d, False, named + "Backward0")
 
 
-def _split_views(input, sizes, d):
-    starts = np.cumsum([0] + sizes[:-1])
-    return tuple(_along(input, d, slice(int(a), int(a) + k)) for a, k in zip(starts, sizes))
+def _split_views(input, sizes, d, name):
+    """Views of consecutive pieces of ``sizes`` along ``d``: outputs of the multi-view op ``name`` (None: plain)."""
+    starts = np.cumsum([0] + list(sizes[:-1]))
+    out = tuple(_along(input, d, slice(int(a), int(a) + k)) for a, k in zip(starts, sizes))
+    return out if name is None else tuple(mark_multi_output(t, name, i) for i, t in enumerate(out))
 
 
 def _grouped(input, pieces, d, stacked, name):
@@ -263,13 +274,14 @@ def tensor_split(input, indices_or_sections, dim=0):
     else:
         bounds = [0] + [builtins.min(builtins.max(int(i), 0), n) for i in indices_or_sections] + [n]
         sizes = [builtins.max(b - a, 0) for a, b in zip(bounds, bounds[1:])]
-    return _split_views(input, sizes, d)  # as torch: separate slices, not one node
+    return _split_views(input, sizes, d, None)  # as torch: separate slices, not one node, and writable in place
 
 
 @composite("unbind")
 def unbind(input, dim=0):
     d = _axis(input, dim, "unbind")
-    return _grouped(input, tuple(_along(input, d, i) for i in range(input.shape[d])), d, True, "UnbindBackward0")
+    pieces = tuple(mark_multi_output(_along(input, d, i), "Unbind", i) for i in range(input.shape[d]))
+    return _grouped(input, pieces, d, True, "UnbindBackward0")
 
 
 @composite("narrow")
@@ -293,6 +305,10 @@ def select(input, dim, index):
 
 @composite("movedim")
 def movedim(input, source, destination):
+    if not input.ndim:  # dims 0 and -1 name the one element's place: the tensor itself, as a view
+        for d in _sizes((source,)) + _sizes((destination,)):
+            _axis(input, d, "movedim")
+        return input.permute(())
     src = [_axis(input, s, "movedim") for s in (source if isinstance(source, (tuple, list)) else (source,))]
     dst = [_axis(input, s, "movedim") for s in (destination if isinstance(destination, (tuple, list)) else
                                                 (destination,))]
@@ -313,7 +329,14 @@ def swapaxes(input, axis0, axis1):
 @composite("unflatten")
 def unflatten(input, dim, sizes):
     d = _axis(input, dim, "unflatten")
-    return input.reshape(input.shape[:d] + tuple(sizes) + input.shape[d + 1:])
+    sizes, n = tuple(sizes), input.shape[d] if input.ndim else 1
+    if -1 in sizes:  # the inferred size, explicit: with an empty dim elsewhere, reshape could not infer it
+        known = math.prod(k for k in sizes if k != -1)
+        sizes = tuple((n // known if known else 0) if k == -1 else k for k in sizes)
+    if math.prod(sizes) != n:
+        raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {d} ({n}) in "
+                           "the input tensor")
+    return input.reshape(input.shape[:d] + sizes + input.shape[d + 1:])
 
 
 @composite("flip")
@@ -331,11 +354,15 @@ def flip(input, *dims, **kw):
 
 @composite("fliplr")
 def fliplr(input):
+    if input.ndim < 2:
+        raise RuntimeError(f"fliplr: Input must be >= 2-d, got a tensor of shape {tuple(input.shape)}.")
     return flip(input, 1)
 
 
 @composite("flipud")
 def flipud(input):
+    if input.ndim < 1:
+        raise RuntimeError("flipud: Input must be >= 1-d, got a 0-d tensor.")
     return flip(input, 0)
 
 
@@ -358,14 +385,22 @@ def roll(input, shifts, dims=None):
 @composite("repeat")
 def repeat(input, *sizes):
     """The tensor tiled ``sizes`` times along each dim (new leading dims for extra sizes)."""
+    if not sizes:
+        raise TypeError('repeat() missing 1 required positional arguments: "repeats"')
     sizes = _sizes(sizes)
     if len(sizes) < input.ndim:
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
     shape = (1,) * (len(sizes) - input.ndim) + tuple(input.shape)
     pairs = [v for n in shape for v in (1, n)]
     big = [v for r, n in zip(sizes, shape) for v in (r, n)]
-    out = input.reshape(pairs).expand(big).reshape([r * n for r, n in zip(sizes, shape)])
+    out = _fresh(input.reshape(pairs).expand(big).reshape([r * n for r, n in zip(sizes, shape)]), input)
     return _named(out, "RepeatBackward0")
+
+
+def _fresh(out, input):
+    """``out`` in memory of its own: a reshape of an expand is a view of ``input`` where NumPy can stride it (a
+    size-1 axis repeated), and repeat, tile and repeat_interleave return new storage, as torch's."""
+    return out.clone() if shares_memory(out, input) else out
 
 
 @composite("tile")
@@ -383,7 +418,7 @@ def repeat_interleave(input, repeats, dim=None, *, output_size=None):
     d = _axis(input, dim, "repeat_interleave")
     if isinstance(repeats, numbers.Integral):
         x = input.unsqueeze(d + 1)
-        return x.expand(x.shape[:d + 1] + (int(repeats),) + x.shape[d + 2:]).flatten(d, d + 1)
+        return _fresh(x.expand(x.shape[:d + 1] + (int(repeats),) + x.shape[d + 2:]).flatten(d, d + 1), input)
     xp = input._backend.xp
     reps = _index_array(repeats, input, "repeat_interleave")
     return index_select(input, d, xp.repeat(xp.arange(input.shape[d]), reps))
@@ -410,22 +445,12 @@ def triu(input, diagonal=0):
     return _triangle(input, diagonal, False)
 
 
-@composite("diagonal")
-@_on_own_device
-def diagonal(input, offset=0, dim1=0, dim2=1):
-    """The diagonal (offset above it if > 0, below if < 0) of the planes (dim1, dim2), as the last dim."""
-    x = movedim(input, (dim1, dim2), (-2, -1))
-    n = builtins.max(builtins.min(x.shape[-2] + builtins.min(offset, 0), x.shape[-1] - builtins.max(offset, 0)), 0)
-    i = x._backend.xp.arange(n)
-    return _named(x[..., i - builtins.min(offset, 0), i + builtins.max(offset, 0)], "DiagonalBackward0")
-
-
 @composite("diag")
 @_on_own_device
 def diag(input, diagonal=0):
     """A 1-D tensor placed on a diagonal of a square matrix, or a matrix's diagonal."""
-    if input.ndim == 2:
-        return globals()["diagonal"](input, diagonal)
+    if input.ndim == 2:  # a copy of the diagonal (torch's diag_copy), not a view of it as diagonal()
+        return _named(Diagonal.diagonal(input, diagonal).clone(), "DiagonalBackward0")
     if input.ndim != 1:
         raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {input.ndim}D")
     n, k = input.shape[0], abs(diagonal)
@@ -438,15 +463,30 @@ def diag(input, diagonal=0):
 def trace(input):
     if input.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.ndim}")
-    return _named(diagonal(input).sum(), "TraceBackward0")
+    return _named(Diagonal.diagonal(input).sum(), "TraceBackward0")
 
 
 @composite("index_select")
+@_on_own_device
 def index_select(input, dim, index):
+    """The entries at ``index`` (a vector of ids in [0, n): a negative id is an error, as in torch, not a count from
+    the end) along ``dim``."""
     idx = _index_array(index, input, "index_select")
     if idx.ndim > 1:
         raise IndexError(f"index_select(): Index is supposed to be a vector, got shape {tuple(idx.shape)}")
-    return _named(_along(input, _axis(input, dim, "index_select"), idx.reshape(-1)), "IndexSelectBackward0")
+    d = _axis(input, dim, "index_select")
+    if not input.ndim and idx.size != 1:
+        raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {idx.size} value(s)")
+    n = input.shape[d] if input.ndim else 1
+    if n == 0 and idx.size and input.ndim > 1:  # (a 1-D empty input: the range check's IndexError, as torch)
+        raise RuntimeError(f"index_select(): self indexing axis dim should be positive (dim {d} of the input "
+                           f"{tuple(input.shape)} is empty)")
+    # checked without a sync on CUDA (backend/deferred.py): raised now on the CPU, at the next read on CUDA
+    deferred.check_range(idx, n, IndexError, f"index_select(): index out of range in self: ids must lie in [0, {n}) "
+                         f"along dim {d} of the input {tuple(input.shape)}, got min {{lo}} and max {{hi}}")
+    if not input.ndim:
+        return _named(input.reshape(1)[idx.reshape(-1)].reshape(()), "IndexSelectBackward0")
+    return _named(_along(input, d, idx.reshape(-1)), "IndexSelectBackward0")
 
 
 @composite("masked_select")
@@ -475,9 +515,21 @@ def round(input, *, decimals=0):  # noqa: A001 - torch's name
 
 @composite("take_along_dim")
 def take_along_dim(input, indices, dim=None):
+    """``input``'s entries at ``indices`` along ``dim`` (over the flattened input without one); the other dims
+    broadcast against each other, as torch's (gather's index is cut to the input instead)."""
     if dim is None:
         return input.reshape(-1).gather(0, indices.reshape(-1))
-    return input.gather(dim, indices)
+    if not input.ndim:
+        raise IndexError(f"take_along_dim(): Dimension specified as {dim} but tensor has no dimensions")
+    d = _axis(input, dim, "take_along_dim")
+    if input.ndim != indices.ndim:
+        raise RuntimeError(f"take_along_dim(): input and indices should have the same number of dimensions, but got "
+                           f"{input.ndim} dimensions for input, and {indices.ndim} dimensions for indices")
+    if input.ndim:
+        rest = np.broadcast_shapes(*(tuple(t.shape[:d]) + (1,) + tuple(t.shape[d + 1:]) for t in (input, indices)))
+        input = input.expand(rest[:d] + (input.shape[d],) + rest[d + 1:])
+        indices = indices.expand(rest[:d] + (indices.shape[d],) + rest[d + 1:])
+    return input.gather(d, indices)
 
 
 @composite("nonzero")
@@ -500,6 +552,8 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     """The distinct values (sorted; along ``dim``: the distinct slices), with the inverse indices and the counts if
     asked (a tuple then, as torch)."""
     be = input._backend
+    if dim is not None and any(n == 0 for d, n in enumerate(input.shape) if d != _axis(input, dim, "unique")):
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
     out = be.xp.unique(input._data if dim is not None else input._data.reshape(-1), return_inverse=return_inverse,
                        return_counts=return_counts, axis=None if dim is None else _axis(input, dim, "unique"))
     if not (return_inverse or return_counts):
@@ -565,6 +619,9 @@ def ger(input, vec2):
 # -- comparisons ------------------------------------------------------------------------------------------------------
 @composite("isclose")
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    if isinstance(other, TensorBase) and other.dtype != input.dtype:  # as torch: no promotion
+        raise RuntimeError(f"isclose(): {scalar_type_name(input.dtype)} did not match {scalar_type_name(other.dtype)}: "
+                           f"input is {input.dtype} and other {other.dtype}; convert one with .to(dtype)")
     return input._values("isclose", other, rtol=rtol, atol=atol, equal_nan=equal_nan)
 
 
@@ -584,6 +641,10 @@ def transpose(input, dim0=None, dim1=None):
     """The view with ``dim0`` and ``dim1`` swapped (all axes reversed without them)."""
     if dim0 is None:
         return input.permute(tuple(reversed(range(input.ndim))))
+    if not input.ndim:  # dims 0 and -1 both name the one element's place, as in torch
+        _axis(input, dim0, "transpose")
+        _axis(input, dim1, "transpose")
+        return _named(input.permute(()), "TransposeBackward0")
     axes = list(range(input.ndim))
     axes[dim0], axes[dim1] = axes[dim1], axes[dim0]
     return _named(input.permute(tuple(axes)), "TransposeBackward0")
@@ -593,16 +654,21 @@ def transpose(input, dim0=None, dim1=None):
 def t(input):
     """The transpose of a matrix (a vector or a number as it is)."""
     if input.ndim > 2:
-        raise ValueError(f"t() expects a tensor with <= 2 dimensions, got {input.ndim}; use transpose(d0, d1)")
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.ndim}D; use "
+                           "transpose(dim0, dim1)")
     return _named(input.permute(tuple(reversed(range(input.ndim)))), "TBackward0")
 
 
 @composite("flatten")
 def flatten(input, start_dim=0, end_dim=-1):
-    nd = builtins.max(input.ndim, 1)
-    s, e = start_dim % nd, end_dim % nd
-    shape = input.shape[:s] + (-1,) + input.shape[e + 1:] if input.ndim else (1,)
-    return input.reshape(shape)
+    s, e = _axis(input, start_dim, "flatten"), _axis(input, end_dim, "flatten")
+    if s > e:
+        raise RuntimeError(f"flatten() has invalid args: start_dim cannot come after end_dim (got {start_dim} and "
+                           f"{end_dim} for a tensor of shape {tuple(input.shape)})")
+    if not input.ndim:
+        return input.reshape(1)
+    # the flattened size, not -1: with an empty dim elsewhere, -1 would be ambiguous
+    return input.reshape(input.shape[:s] + (math.prod(input.shape[s:e + 1]),) + input.shape[e + 1:])
 
 
 @composite("masked_fill", inplace=True)

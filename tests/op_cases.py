@@ -305,10 +305,9 @@ SURFACE_CASES = [
              [((3, 2),)], op="expand"),
     _surface("tril", lambda t, a: a.tril(), np.tril, [((4, 3),), ((2, 3, 3),)], op="where"),
     _surface("triu", lambda t, a: t.triu(a, 1), lambda a: np.triu(a, 1), [((3, 4),)], op="where"),
-    _surface("diagonal", lambda t, a: a.diagonal(1, 0, 2), lambda a: np.diagonal(a, 1, 0, 2), [((3, 2, 4),)],
-             op="index"),
+    _surface("diagonal", lambda t, a: a.diagonal(1, 0, 2), lambda a: np.diagonal(a, 1, 0, 2), [((3, 2, 4),)]),
     _surface("diag", lambda t, a: t.diag(a, -1), lambda a: np.diag(a, -1), [((3,),)], op="index_place"),
-    _surface("trace", lambda t, a: a.trace(), np.trace, [((3, 4),)], op="index"),
+    _surface("trace", lambda t, a: a.trace(), np.trace, [((3, 4),)], op="diagonal"),
     _surface("split_chunk", lambda t, a: a.chunk(3, 1)[1] * a.split([1, 3], 1)[0], lambda a: a[:, 2:4] * a[:, :1],
              [((3, 4),)], op="mul"),  # split's pieces are the outputs of one node (ops.movement.Pieces), as torch's
     OpCase("index_select", lambda a: a.index_select(1, gpugrad.tensor(IDX)), lambda a: a[:, IDX], [((2, 3),)],

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
+from gpugrad.core.forward import tangent_of
 from gpugrad.core.forward_state import STATE, pause, set_tangent
 from gpugrad.core.tensor import TensorBase
 
@@ -77,7 +78,8 @@ def make_dual(tensor, tangent, *, level=None):
         raise ValueError(f"make_dual: the tangent must match the primal: primal {tuple(tensor.shape)} {tensor.dtype} "
                          f"on {tensor.device}, tangent {tuple(tangent.shape)} {tangent.dtype} on {tangent.device}; "
                          "convert it with .to(...) / .reshape(...) first")
-    dual = tensor.reshape(tensor.shape) if tensor.requires_grad else tensor.detach()
+    # a view of tensor, as torch's (a write into either is seen by both, graph included)
+    dual = tensor.reshape(tensor.shape)
     set_tangent(dual, tangent)
     return dual
 
@@ -99,7 +101,7 @@ def make_batched_dual(tensor, tangents):
 
 def unpack_dual(tensor, *, level=None):
     """(primal, tangent): the primal as a view without the tangent; the tangent, or None."""
-    tangent = getattr(tensor, "_fw_grad", None) if STATE.level is not None else None
+    tangent = tangent_of(tensor) if STATE.level is not None else None  # a view's: its base's, viewed
     if tangent is None:
         return UnpackedDualTensor(tensor, None)
     with pause():

@@ -118,7 +118,8 @@ def _fill(grads, refs, strict, create_graph, stage, out=None):
 
 def _grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None):
     """``autograd.grad`` over the outputs that require grad (all None when none does)."""
-    pairs = [(o, g) for o, g in zip(outputs, grad_outputs or (None,) * len(outputs)) if o.requires_grad]
+    pairs = [(o, g) for o, g in zip(outputs, grad_outputs or (None,) * len(outputs))
+             if o is not None and o.requires_grad]  # None: a gradient of an input the function does not use
     if not pairs:
         return (None,) * len(inputs)
     return grad(tuple(o for o, _ in pairs), inputs, tuple(g for _, g in pairs), retain_graph=retain_graph,

@@ -6,6 +6,7 @@ Ops are written against ``xp``; the CUDA backend imports CuPy lazily, so ``impor
 from __future__ import annotations
 
 from gpugrad.backend import cuda  # noqa: F401  (gpugrad.backend.cuda: is_available and the other probes)
-from gpugrad.backend.base import CPU, Backend, is_array, on  # noqa: F401  (the package's API)
+from gpugrad.backend.base import CPU  # noqa: F401  (the package's API)
+from gpugrad.backend.base import Backend, is_array, on
 from gpugrad.backend.device import Device, parse_device  # noqa: F401
 from gpugrad.backend.select import backend_of, default_device, get_backend  # noqa: F401

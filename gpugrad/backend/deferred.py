@@ -47,6 +47,14 @@ def check_range(ids, n, error, message):
         kernels.check_index(backend_of(ids).xp, ids, n, status, site)
 
 
+def check_within(values, lo, hi, error, message):
+    """Every element of ``values`` in [lo, hi] (NaN is not), else ``error(message)``: now on the CPU; on CUDA the
+    range-check kernel reads a 0/1 flag per element (one elementwise launch, no sync). ``message`` names no ids."""
+    be = backend_of(values)
+    outside = be.xp.where((values >= lo) & (values <= hi), 0, 1)
+    check_range(outside, 1, error, message.replace("{", "{{").replace("}", "}}"))
+
+
 def synchronize(device=None) -> None:
     """Wait for all work queued on the device, as torch.cuda.synchronize; its failed range checks raise here at
     the latest."""

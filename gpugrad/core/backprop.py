@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpugrad.backend import on
 from gpugrad.core import engine
+from gpugrad.core.forward_state import STATE as FORWARD
 from gpugrad.core.node import AccumulateGrad
 from gpugrad.core.tensor import TensorBase, make, new
 from gpugrad.core.views import fresh
@@ -49,7 +50,7 @@ def _roots(outputs, grad_outputs, create_graph, what):
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulate gradients of ``tensors`` into the ``.grad`` of the leaves (only ``inputs``, if given)."""
-    roots = _roots(tensors, grad_tensors, create_graph, "backward")
+    roots = _roots(tensors, grad_tensors, create_graph or FORWARD.level is not None, "backward")
     retain = create_graph if retain_graph is None else retain_graph
     if inputs is None:
         engine.run(roots, retain, create_graph)
@@ -76,7 +77,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         if not fresh(t)._requires_grad:
             raise RuntimeError(f"One of the differentiated Tensors does not require grad (grad: input {i}, of shape "
                                f"{t.shape})")
-    roots = _roots(outputs, grad_outputs, create_graph, "grad")
+    roots = _roots(outputs, grad_outputs, create_graph or FORWARD.level is not None, "grad")
     nodes = [t._grad_fn or AccumulateGrad.of(t) for t in inputs]
     capture = engine.run(roots, create_graph if retain_graph is None else retain_graph, create_graph,
                          capture=dict.fromkeys(nodes))
@@ -89,8 +90,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                    "graph. Set allow_unused=True if this is the desired behavior.")
             out.append(None)
         else:
-            # Copy: the captured array may be shared with another path or be the caller's own grad_outputs.
-            out.append(g if create_graph else make(g.copy(), t._backend))
+            # Copy: the captured array may be shared with another path or be the caller's own grad_outputs (a
+            # Tensor carrying its tangent in a dual level: engine.py; the copy carries it too).
+            out.append(g if create_graph else g.clone() if isinstance(g, TensorBase) else make(g.copy(), t._backend))
     return tuple(out)
 
 

@@ -12,7 +12,8 @@ import threading
 
 from gpugrad.backend import graphs as _graphs
 from gpugrad.core import anomaly as _anomaly, trace as _trace
-from gpugrad.core.grad_mode import enable_grad
+from gpugrad.core.forward_state import STATE as _FORWARD
+from gpugrad.core.grad_mode import enable_grad, no_grad
 from gpugrad.core.node import AccumulateGrad
 from gpugrad.core.tensor import TensorBase, make
 
@@ -105,6 +106,12 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
     (``autograd.grad``).  ``only`` (backward(inputs=)): run just these nodes and those above them.
     Gradients are arrays, or Tensors when ``create_graph``.
     """
+    # Forward over reverse without create_graph (a dual level is active): as torch, the VJPs run as ops on Tensors, so
+    # the gradients carry the tangents of the saved values and of the seeds; under no_grad, so they keep no graph.
+    tangents = not create_graph and _FORWARD.level is not None
+    tensors = create_graph or tangents
+    if tangents:
+        roots = [(n, g if isinstance(g, TensorBase) else make(g, n._be)) for n, g in roots]
     order = toposort([n for n, _ in roots])
     check = _anomaly.checker(len(order))  # None unless detect_anomaly() is on
     observe = _trace.WATCH.observer  # None unless explain() is watching (in this thread)
@@ -120,9 +127,9 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
                 needed.add(node)
     grads = {}
     for node, g in roots:
-        _add(grads, node, g, False, create_graph)
+        _add(grads, node, g, False, tensors)
     device = _DeviceSwitch()
-    with enable_grad() if create_graph else _nullcontext, device:
+    with enable_grad() if create_graph else no_grad() if tangents else _nullcontext, device:
         for node in order:
             entry = grads.pop(node, None)
             if entry is None:
@@ -134,17 +141,17 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
                 if capture is None or node not in capture:
                     continue
                 if node._pre_hooks:
-                    g, owned = _run_hooks(node, g, owned, create_graph)
+                    g, owned = _run_hooks(node, g, owned, tensors)
                 if node._retain is not None:
-                    _retain_grad(node, g, create_graph)
+                    _retain_grad(node, g, tensors)
                 capture[node] = g
                 continue
             if capture is not None and node in capture:
                 capture[node] = g  # it also runs: captured before its hooks (torch's NOTE [Hooks ordering])
             if node._pre_hooks:
-                g, owned = _run_hooks(node, g, owned, create_graph)
+                g, owned = _run_hooks(node, g, owned, tensors)
             if node._retain is not None:
-                _retain_grad(node, g, create_graph)
+                _retain_grad(node, g, tensors)
             if isinstance(node, AccumulateGrad):
                 leaf = node.variable
                 _accumulate_leaf(leaf, g, owned, create_graph)
@@ -152,7 +159,7 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
                     hook(leaf)
                 continue
             try:
-                gxs = node.run_backward(g, create_graph)
+                gxs = _on_arrays(node, g) if tangents and not _on_tensors(node) else node.run_backward(g, tensors)
             except Exception as e:
                 _anomaly.annotate(node, e)  # under detect_anomaly(): where the forward made this node
                 if _graphs.CAPTURING:
@@ -171,7 +178,7 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
                     _add_output(grads, parents[0], node.k, gxs[0])
                 del g, gxs
                 continue
-            if create_graph:
+            if tensors:  # create_graph, or a pass carrying tangents
                 for parent, gx, meta in zip(parents, gxs, node._in_meta):
                     if parent is not None and gx is not None:
                         _add(grads, parent, unbroadcast(gx, meta), False, True)
@@ -212,6 +219,18 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
     if check is not None:
         check.finish()  # CUDA: one read of the per-node flags
     return capture
+
+
+def _on_tensors(node):
+    """Whether a node's VJP runs as ops on Tensors (every op with a double backward, the linear ones, Functions)."""
+    return (getattr(node, "backward_graph", None) is not None or getattr(node, "double_backward", True)
+            or getattr(node, "linear", False))
+
+
+def _on_arrays(node, g):
+    """A node without a Tensor VJP in a pass carrying tangents: its VJP on arrays (gradients without tangents)."""
+    be = node._be
+    return tuple(None if gx is None else make(be.as_array(gx), be) for gx in node.run_backward(g._data, False))
 
 
 def _repeated_ids(gxs):
@@ -304,9 +323,18 @@ def _accumulate_leaf(leaf, g, owned, create_graph):
 
 
 def _accumulate_leaf_locked(leaf, g, owned, create_graph):
+    if not create_graph and isinstance(g, TensorBase):  # a pass carrying tangents (a dual level: see _run)
+        grad = leaf._grad
+        if grad is None:  # a copy with g's tangent (NOTE: torch drops it where it steals g's buffer: known difference)
+            leaf._grad = g.clone()
+        elif grad.requires_grad:
+            leaf._grad = grad + g
+        else:
+            grad.add_(g)  # in place, as torch: the buffer stays and its tangent gains g's (core/forward.py)
+        return
     if create_graph:
         if leaf._grad is None:  # a copy, as torch's: g may be another edge's gradient or a read-only broadcast view
-            g = g.clone() if g._requires_grad else make(g._data.copy(), leaf._backend)
+            g = g.clone() if g._requires_grad or g._fw_grad is not None else make(g._data.copy(), leaf._backend)
         leaf._grad = g if leaf._grad is None else leaf._grad + g
         return
     grad = leaf._grad

@@ -7,21 +7,21 @@ grad, the JVP is computed with recorded Tensor ops, so reverse mode over forward
 """
 from __future__ import annotations
 
+from gpugrad.backend import on
 from gpugrad.core import tensor_xp
-from gpugrad.core.forward_state import STATE, pause, set_tangent
+from gpugrad.core.forward_state import DERIVED, PARENTS, STATE, pause, remember, set_tangent
 from gpugrad.core.grad_mode import STATE as _GRAD, no_grad
 from gpugrad.core.registry import REGISTRY
 from gpugrad.core.tensor import TensorBase, make
+from gpugrad.core.views import root_array, shadow
 
 
-def propagate(fn, args, datas, result, params):
+def propagate(fn, args, datas, result, params, tangents=None):
     """Give ``result`` (the output of op instance ``fn`` on ``args`` with keyword ``params``) its tangent, if an
-    input has one."""
+    input has one (``tangents``: the inputs' tangents, when one direction of a batch is taken at a time)."""
 
-    tangents = [a._fw_grad if isinstance(a, TensorBase) else None for a in args]
-    if STATE.batch is not None:
-        tangents = [_batched_view_tangent(a) if t is not None and a._base is not None else t
-                    for a, t in zip(args, tangents)]
+    if tangents is None:
+        tangents = [tangent_of(a) for a in args]
     if all(t is None for t in tangents) or result._data.dtype.kind not in "fV":
         return
     differentiable = _GRAD.enabled and any(
@@ -47,9 +47,11 @@ def propagate(fn, args, datas, result, params):
         if fn.linear:
             out = _linear_jvp(type(fn), args, tangents, params, differentiable)
         elif differentiable:  # recorded Tensor ops: reverse mode can differentiate the tangent (Hessian products)
-
+            ins = tuple(args)
+            if STATE.writing is not None:  # an in-place op: its JVP reads the values it is about to overwrite
+                ins = _before_the_write(fn, ins, STATE.writing)
             with tensor_xp.on_device(result._backend):
-                out = fn.jvp(tensor_xp, tuple(args), result, tangents)
+                out = fn.jvp(tensor_xp, ins, result, tangents)
         else:  # arrays and fast paths (the *_bwd kernels on CUDA)
             be = result._backend
             jvp = getattr(fn, "jvp_" + be.name, None) or fn.jvp
@@ -62,7 +64,70 @@ def propagate(fn, args, datas, result, params):
             out = make(be.as_array(out), be)
     finally:
         STATE.paused = was
-    _finish(result, out)
+    _finish(result, _owned(out, args, tangents, result))
+
+
+def _owned(out, args, tangents, result):
+    """``out``, copied if it shares memory with an input's tangent while ``result`` is not a view of that input (a
+    JVP that returns an input's tangent as it is: linear's bias, frac, remainder's): tangents are written in place
+    (write_tangent), and a write into the result's must not change the input's."""
+    if out is None or STATE.batch is not None:
+        return out
+    mine = root_array(out._data)
+    for a, t in zip(args, tangents):
+        if t is not None and root_array(t._data) is mine and root_array(result._data) is not root_array(a._data):
+            with pause():
+                return out.clone()
+    return out
+
+
+def _before_the_write(fn, ins, target):
+    """torch's JVP formulas of in-place ops read the original self: the node's saved copies of ``target`` (which the
+    in-place op overwrites next) and the inputs sharing its memory become private copies with its history and
+    tangent (views.shadow), so the tangent's graph survives the write."""
+    fn.unshare_saved(target)
+    counter = target._version_counter
+    return tuple(shadow(a._data, ("in", a, 0))[1][1] if isinstance(a, TensorBase) and a._version_counter is counter
+                 else a for a in ins)
+
+
+def tangent_of(t):
+    """``t``'s tangent at the active level (None for a number or a tensor without one), as torch's: a view's own
+    tangent (make_dual's) first; else, if its base has one, the view of that, kept while the base's tangent is the
+    one (and at the version) it was made from, made again from it otherwise."""
+    if not isinstance(t, TensorBase):
+        return None
+    base, own = t._base, t._fw_grad
+    if base is None or t._view_fn is None or base._fw_grad is None:
+        return own
+    bt = base._fw_grad
+    seen = DERIVED.get(id(t))
+    if seen is None or seen[0]() is not t:  # not made from the base's: its own (make_dual), or none yet
+        if own is not None:
+            return own
+    elif own is not None and seen[1]() is bt and seen[2] == bt._version_counter[0]:
+        return own
+    if STATE.batch is not None:
+        tv = _batched_view_tangent(t)
+    else:
+        with pause():
+            if _GRAD.enabled and bt._requires_grad:
+                tv = REGISTRY["as_view"].apply(bt, view_fn=t._view_fn)
+            else:
+                tv = make(t._view_fn(bt._data), bt._backend)
+        set_tangent(t, tv)
+    remember(t, bt)
+    return tv
+
+
+def inplace_result(target, result_fn):
+    """``result_fn()``, the out-of-place values of an in-place op on ``target``, computed while a dual level is
+    active: the differentiable JVPs it runs read private copies of ``target`` (see _before_the_write)."""
+    was, STATE.writing = STATE.writing, target
+    try:
+        return result_fn()
+    finally:
+        STATE.writing = was
 
 
 def _finish(result, out):
@@ -106,56 +171,101 @@ def _per_direction(fn, args, datas, result, params, tangents):
     STATE.batch = None
     try:
         for i in range(b):
-            for a, t in zip(args, tangents):
-                if isinstance(a, TensorBase):
-                    with pause():
-                        a._fw_grad = t[i] if t is not None else None
-            propagate(fn, args, datas, result, params)
+            propagate(fn, args, datas, result, params, [t[i] if t is not None else None for t in tangents])
             outs.append(result._fw_grad)
     finally:
         STATE.batch = b
-        for a, t in zip(args, tangents):
-            if isinstance(a, TensorBase):
-                a._fw_grad = t
     result._fw_grad = None
     with pause():
         _finish(result, REGISTRY["stack"].apply(*[o if o is not None else result.detach() * 0 for o in outs], axis=0))
 
 
 def write_tangent(tensor, new):
-    """``tensor`` was changed in place and its new values have tangent ``new`` (None: zero). The tangent is written
-    into the existing tangent buffer, so views of it (the tangents of views of ``tensor``) see the change, as in
-    torch; a view without a tangent writes into its base's (created as zeros if needed)."""
+    """``tensor`` was changed in place and its new values have tangent ``new`` (None: zero), as torch updates
+    tangents: in place, into ``tensor``'s tangent buffer, which for a view is a view of its base's tangent (or of the
+    dual's own, for a view of a dual made of a view), so every view of that memory sees it; a view without one first
+    gets the view of its base's (made of zeros if the base had none). Where recorded ops may have saved the old
+    tangent (_graphed) it is not overwritten: the tensor's is rebound to ``new``, a view's base's to a CopySlices of it
+    (recorded; views' tangents are then made again); batched tangents of views (stacked copies) are written into the
+    base's, per direction."""
 
     if STATE.level is None:
         return
-    old = tensor._fw_grad
-    if (new is not None and new._requires_grad) or (old is not None and old._requires_grad):
-        if new is not None:  # a tangent with a graph of its own is rebound, not overwritten
-            set_tangent(tensor, new)
+    if new is not None and new._data.dtype != tensor._data.dtype:  # x32.mul_(y64): the values were cast too
+        with pause():
+            new = new.to(dtype=tensor.dtype)
+    values = None if new is None else new._data
+    base, view_fn = tensor._base, tensor._view_fn
+    if base is None or view_fn is None:
+        old = tensor._fw_grad
+        if old is None and new is None:
+            return
+        if old is None or _graphed(tensor, old, new) or not _overwrite(old, values, None):
+            set_tangent(tensor, new if new is not None else _zeros_of(tensor, tensor._data.shape))
         return
-    xp, batch = tensor._backend.xp, STATE.batch
-    if batch is not None and tensor._base is not None and tensor._view_fn is not None:
-        old = None  # a view's batched tangent is a stacked copy, not a view: write through to the base's
-    if old is None and tensor._base is not None and tensor._view_fn is not None:
-        base = tensor._base
-        if base._fw_grad is None:
-            shape = base._data.shape if batch is None else (batch, *base._data.shape)
-            set_tangent(base, make(xp.zeros(shape, dtype=base._data.dtype), base._backend))
-        if batch is None:
-            old = make(tensor._view_fn(base._fw_grad._data), tensor._backend)
-        else:  # one view per direction: written into each, and the view keeps its own (B, ...) copy
-            for i in range(batch):
-                tensor._view_fn(base._fw_grad._data[i])[...] = 0 if new is None else new._data[i]
-            old = None
-        if old is not None:
-            set_tangent(tensor, old)
+    old = tangent_of(tensor)
     if old is None:
-        set_tangent(tensor, new if new is not None else make(xp.zeros_like(tensor._data), tensor._backend))
-    elif new is None:
-        old._data[...] = 0
-    else:
-        old._data[...] = new._data
+        if new is None:  # nothing carries a tangent
+            return
+        set_tangent(base, _zeros_of(base, base._data.shape))
+        old = tangent_of(tensor)
+    if STATE.batch is None and not _graphed(tensor, old, new) and _overwrite(old, values, None):
+        return  # in place: the tangent it is a view of sees the change
+    bt = base._fw_grad
+    if bt is None:  # a dual made of a view, its base without a tangent: its own changes (or its parent dual's)
+        parent = PARENTS.get(id(tensor))
+        if parent is not None and parent[0]() is tensor and parent[1]() is not None \
+                and tangent_of(parent[1]()) is not None:
+            src, fn = parent[1](), parent[2]
+            with pause():
+                whole = REGISTRY["copy_slices"].apply(tangent_of(src), 0 if new is None else new, view_fn=fn)
+            write_tangent(src, whole)
+            with pause():
+                set_tangent(tensor, REGISTRY["as_view"].apply(tangent_of(src), view_fn=fn))
+            return
+        set_tangent(tensor, new if new is not None else _zeros_of(tensor, tensor._data.shape))
+        return
+    if _graphed(tensor, bt, new) and STATE.batch is None:
+        with pause():
+            set_tangent(base, REGISTRY["copy_slices"].apply(bt, 0 if new is None else new, view_fn=view_fn))
+    elif not _overwrite(bt, values, view_fn):
+        with pause():
+            set_tangent(base, make(bt._data.copy(), bt._backend))
+        _overwrite(base._fw_grad, values, view_fn)
+    tensor._fw_grad = None  # made again from the base's (tangent_of)
+
+
+def _graphed(tensor, old, new):
+    """Whether recorded ops may have saved ``old`` (JVPs run as recorded ops when a primal or a tangent requires
+    grad): then it is not overwritten, but replaced."""
+    root = tensor._base if tensor._base is not None else tensor
+    return _GRAD.enabled and (tensor._requires_grad or root._requires_grad or old._requires_grad
+                              or new is not None and new._requires_grad)
+
+
+def _zeros_of(t, shape):
+    shape = shape if STATE.batch is None else (STATE.batch, *shape)
+    be = t._backend
+    with on(be):
+        return make(be.xp.zeros(shape, dtype=t._data.dtype), be)
+
+
+def _overwrite(tangent, values, view_fn):
+    """Write ``values`` (an array; None: zeros) into ``tangent``'s buffer, or into its region ``view_fn`` (one per
+    direction of a batch), and bump its version (views' tangents made from it are made again). False if the buffer
+    is read-only (a broadcast)."""
+    data = tangent._data
+    if not getattr(data.flags, "writeable", True):
+        return False
+    with on(tangent._backend):
+        if view_fn is None:
+            data[...] = 0 if values is None else values
+        else:
+            for i in range(STATE.batch or 1):
+                region = view_fn(data[i] if STATE.batch else data)
+                region[...] = 0 if values is None else (values[i] if STATE.batch else values)
+    tangent._version_counter[0] += 1
+    return True
 
 
 def _linear_jvp(cls, args, tangents, params, differentiable):
@@ -166,8 +276,11 @@ def _linear_jvp(cls, args, tangents, params, differentiable):
     for a, t in zip(args, tangents):
         if t is not None:
             ins.append(t)
-        elif isinstance(a, TensorBase):
-            ins.append(a.detach() * 0 if a._data.dtype.kind in "fV" else a)
+        elif isinstance(a, TensorBase):  # zeros, not a * 0: an inf or NaN of a must not reach the tangent
+            if a._data.dtype.kind in "fV":
+                with on(a._backend):
+                    a = make(a._backend.xp.zeros(a._data.shape, dtype=a._data.dtype), a._backend)
+            ins.append(a)
         else:
             ins.append(0 if isinstance(a, (int, float)) and not isinstance(a, bool) else a)
     if differentiable:

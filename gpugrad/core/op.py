@@ -253,8 +253,7 @@ class Op(Node):
             fn.needs_input_grad = _NO_GRAD[len(args)] if len(args) < 8 else (False,) * len(args)
         forward_mode = _FORWARD.level is not None and not _FORWARD.paused
         if forward_mode:  # forward mode: save what the VJP reads of these too
-            fn.needs_input_grad = [n or getattr(a, "_fw_grad", None) is not None
-                                   for n, a in zip(fn.needs_input_grad, args)]
+            fn.needs_input_grad = [n or forward.tangent_of(a) is not None for n, a in zip(fn.needs_input_grad, args)]
         fn._be = be
         out = fn._run_forward(be, datas)
         result = fn._finish(args, datas, out, record, params)
@@ -330,9 +329,16 @@ class Op(Node):
             return
         saved, refs = list(self.saved), self._saved_refs
         for i, ref in enumerate(refs):
-            if ref is not None and ref[0] in ("in", "inview") and (ref[1] is tensor if counter is None else
-                                                                  i in self.private_saved
-                                                                  and ref[1]._version_counter is counter):
+            if ref is None or ref[0] not in ("in", "inview"):
+                continue
+            if counter is None:
+                # tensor itself, or the cast of it that type promotion made for this op: a copy that shares its
+                # version counter (core/promotion.py _cast_for), as torch's op would have saved tensor
+                mine = ref[1] is tensor or (ref[1]._version_counter is tensor._version_counter
+                                            and root_array(saved[i]) is not root_array(tensor._data))
+            else:
+                mine = i in self.private_saved and ref[1]._version_counter is counter
+            if mine:
                 saved[i], refs[i] = shadow(saved[i], ref)
         self.saved = tuple(saved)
 

@@ -11,6 +11,7 @@ import numbers
 
 import numpy as np
 
+from gpugrad.core.grad_mode import STATE as GRAD
 from gpugrad.core.tensor import TensorBase
 from gpugrad.dtypes import DEFAULTS, as_dtype, combine_categories, default_complex, promote_np
 
@@ -59,6 +60,11 @@ def promoted(op, args):
             same = False
     if same and first is not None and first.kind in "fV":
         return args
+    refuse = getattr(op, "refuses_bool", None)
+    if refuse is not None:
+        bools = sum(isinstance(a, TensorBase) and a._data.dtype == np.bool_ for a in args)
+        if bools:
+            raise RuntimeError(refuse.format("two bool tensors" if bools == 2 else "a bool tensor"))
     mode = op.promotes
     if mode == "same":
         dts = [a._data.dtype for a in args if isinstance(a, TensorBase)]
@@ -69,6 +75,11 @@ def promoted(op, args):
     want = _np_result_type(args)
     if mode == "float" and want.kind in "biu":
         want = DEFAULTS.float
+    if want.kind == "c" and GRAD.enabled and any(isinstance(a, TensorBase) and a._requires_grad for a in args):
+        # NOTE: torch differentiates complex results (Wirtinger calculus); gpugrad has no complex autograd, and a
+        # complex result would silently leave the graph (README: differences from torch)
+        raise RuntimeError(f"{op.op_name}: the result would be complex ({as_dtype(want)}), and gpugrad has no complex "
+                           "autograd while an input requires grad; compute on x.detach(), or under gpugrad.no_grad()")
     return tuple((_cast_for(a, want) if a._data.dtype != want else a) if isinstance(a, TensorBase) else _wrapped(a, want)
                  for a in args)
 

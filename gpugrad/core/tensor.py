@@ -322,9 +322,7 @@ def to_array(data, dtype=None, device=None):
         return array, be
     be = get_backend(device)
     host = np.asarray(data, dtype=dtype)
-    # NumPy holds ints beyond int64 as uint64 or objects; torch refuses them
-    if (host.dtype == object or host.dtype == np.uint64 and not _numpy_typed(data)) and any(
-            isinstance(v, int) and not -2**63 <= v < 2**63 for v in host.ravel().tolist()):
+    if _beyond_int64(data, host):
         raise ValueError(f"tensor(): Overflow when unpacking long: {data!r} holds an integer out of int64's range")
     if dtype is None and not _numpy_typed(data) and host.dtype in _PY_DEFAULTS:
         host = host.astype(_PY_DEFAULTS[host.dtype]())  # Python floats (complex) take the default dtype, as in torch
@@ -332,6 +330,18 @@ def to_array(data, dtype=None, device=None):
         raise TypeError(f"tensor(): cannot make a tensor from {type(data).__name__} data (of NumPy type "
                         f"{host.dtype}): expected numbers, nested lists of numbers or arrays")
     return (host if be.name == "cpu" else be.asarray(host)), be
+
+
+def _beyond_int64(data, host):
+    """Whether Python data holds an int that int64 cannot hold, which torch refuses: NumPy keeps such ints as uint64
+    or objects, and a list mixing them with int64's negative range becomes float64 (losing digits)."""
+    if host.dtype != object and (host.dtype not in (np.uint64, np.float64) or _numpy_typed(data)):
+        return False
+    if host.dtype == np.float64:
+        if not isinstance(data, (list, tuple)):
+            return False
+        host = np.asarray(data, dtype=object)  # the values as given, ints among them
+    return any(type(v) is int and not -2**63 <= v < 2**63 for v in host.ravel().tolist())
 
 
 def _numpy_typed(data):

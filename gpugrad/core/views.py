@@ -18,6 +18,7 @@ import weakref
 
 import numpy as np
 
+from gpugrad.core.forward_state import STATE as FORWARD, note_view, set_tangent
 from gpugrad.core.grad_mode import enable_grad
 from gpugrad.core.node import AccumulateGrad
 from gpugrad.core.registry import REGISTRY
@@ -69,7 +70,24 @@ def writable_broadcast(xp, a, shape):
 
 
 def _compose(outer, inner):
-    return lambda a: outer(inner(a))
+    def view_fn(a):
+        return outer(inner(a))
+    multi = getattr(inner, "multi_output", None) or getattr(outer, "multi_output", None)
+    if multi is not None:  # a view of one of several views stays one (torch's creation meta propagates)
+        view_fn.multi_output = multi
+    return view_fn
+
+
+def mark_multi_output(view, name, index):
+    """``view`` is output ``index`` of ``name`` (Split, SplitWithSizes, Unbind), an op that returns several views:
+    as in torch, an in-place op on it that records a graph is refused (methods/inplace.py)."""
+    fn = view._view_fn
+    if fn is not None:
+        def view_fn(a):
+            return fn(a)
+        view_fn.multi_output = (name, index)
+        view._view_fn = view_fn
+    return view
 
 
 def mark_view(out, base, view_fn):
@@ -77,6 +95,8 @@ def mark_view(out, base, view_fn):
     through either are seen by saved copies of both) and remember how to re-make themselves from the root:
     ``view_fn`` maps the root's array to the view's."""
     root = base if base._base is None else base._base
+    if FORWARD.level is not None:  # its tangent (from the op's JVP) is the view of base's: forward.tangent_of
+        note_view(out, root, base, view_fn)
     if root is not base:
         view_fn = _compose(view_fn, base._view_fn)
     out._version_counter = root._version_counter
@@ -86,6 +106,12 @@ def mark_view(out, base, view_fn):
 
 def refresh_view(view):
     """Re-derive a view's grad_fn from its base's current graph (the base was rebased by an in-place op)."""
+    multi = getattr(view._view_fn, "multi_output", None)
+    if multi is not None:  # as torch: which of the op's outputs the write changed is not known
+        raise RuntimeError(f"Output {multi[1]} of {multi[0]} is a view and its base or another view of its base has "
+                           "been modified inplace. This view is the output of a function that returns multiple "
+                           "views. Such functions do not allow the output views to be modified inplace. You should "
+                           "replace the inplace operation by an out-of-place one (or .clone() the outputs first).")
     base = view._base
     with enable_grad():
         derived = REGISTRY["as_view"].apply(base, view_fn=view._view_fn)
@@ -150,4 +176,6 @@ def shadow(array, ref):
     elif tensor._requires_grad:
         acc = AccumulateGrad.of(tensor)
         copy._accumulator = lambda: acc
+    if tensor._fw_grad is not None and FORWARD.level is not None:  # and its tangent (forward over reverse)
+        set_tangent(copy, tensor._fw_grad)
     return copy._data, (kind, copy, 0)

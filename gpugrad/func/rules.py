@@ -415,7 +415,8 @@ def nll_loss(call):
         return None
     n, c = call.args[0].shape
     x = call.full(0).reshape(math.prod(call.sizes) * n, c)
-    loss = call.apply(x, ids=_rows(call, "ids"), rw=_rows(call, "rw"), reduction="none").reshape(*call.sizes, n)
+    rows = {k: _rows(call, k) for k in ("ids", "rw", "ignored") if call.params.get(k) is not None}
+    loss = call.apply(x, **rows, reduction="none").reshape(*call.sizes, n)
     reduction = call.params["reduction"]
     rw = call.params["rw"]
     return _reduced(call, loss, reduction, rw.sum() if reduction == "mean" else None)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from gpugrad.core.args import basic_key, index_key
-from gpugrad.core.forward import write_tangent
+from gpugrad.core.forward import inplace_result, write_tangent
+from gpugrad.core.forward_state import STATE as FORWARD
 from gpugrad.core.grad_mode import STATE, no_grad
 from gpugrad.core.op import named
 from gpugrad.core.tensor import TensorBase, as_operand, make, new, on_own_device
 from gpugrad.core.views import before_write, check_fits, check_overlap, fresh, rebase, write_through
-from gpugrad.dtypes import can_cast
+from gpugrad.dtypes import can_cast, scalar_type_name
 from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace, Overwrite
 
@@ -25,6 +26,12 @@ class InplaceMethods:
             what = "a view of a leaf tensor" if root is not self else "a leaf tensor"
             raise RuntimeError(f"{op}: {what} that requires grad is being used in an in-place operation; "
                                "wrap it in `with gpugrad.no_grad():` (e.g. for a parameter update)")
+        multi = getattr(self._view_fn, "multi_output", None)
+        if recording and multi is not None:  # as torch: its graph could not say which output changed
+            raise RuntimeError(f"{op}: Output {multi[1]} of {multi[0]} is a view and is being modified inplace. This "
+                               "view is the output of a function that returns multiple views. Such functions do not "
+                               "allow the output views to be modified inplace. You should replace the inplace "
+                               "operation by an out-of-place one (or .clone() the output first).")
         return recording
 
     @on_own_device
@@ -38,7 +45,8 @@ class InplaceMethods:
         if self._check_inplace(op, others):
             if self._base is not None:
                 fresh(self)
-            result = result_fn()  # out of place, with a graph; then moved into our buffer
+            # out of place, with a graph; then moved into our buffer (forward mode: the JVPs read the old values)
+            result = result_fn() if FORWARD.level is None else inplace_result(self, result_fn)
             self._fits(op, result)
             node = result._grad_fn
             if node is not None and hasattr(node, "unshare_saved"):
@@ -53,7 +61,7 @@ class InplaceMethods:
                 result = result_fn()
             self._fits(op, result)
             self._store(op, result)
-        if result._fw_grad is not None or self._fw_grad is not None:
+        if FORWARD.level is not None:  # the new values' tangent (a view's goes into its base's)
             write_tangent(self, result._fw_grad)
         self._version_counter[0] += 1
         return self
@@ -89,14 +97,15 @@ class InplaceMethods:
 
     @on_own_device
     def _fill(self, value, op):
-        if self._check_inplace(op, (value,)):
+        # recorded, or a Tensor value whose tangent the new values take (forward mode): through Overwrite
+        if self._check_inplace(op, (value,)) or FORWARD.level is not None and isinstance(value, TensorBase):
             # Recorded as torch does: the old values get a zero gradient that carries no graph (FillBackward2,
             # ZeroBackward0), so a create_graph pass has no edge into their history.
             name = "ZeroBackward0" if op == "zero_" else "FillBackward2"
             return self._inplace(op, lambda: Overwrite.apply(self, value, _name=name), (value,))
         before_write(self)
         self._data.fill(value)
-        if self._fw_grad is not None:
+        if FORWARD.level is not None:
             write_tangent(self, None)
         self._version_counter[0] += 1
         return self
@@ -119,6 +128,10 @@ class InplaceMethods:
                 value = value.squeeze(0)  # torch drops the value's leading size-1 axes
             region.copy_(value)
             return
+        if isinstance(value, TensorBase) and value.dtype != self.dtype:  # as torch: index_put does not cast
+            raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                               f"{scalar_type_name(self.dtype)} for the destination and "
+                               f"{scalar_type_name(value.dtype)} for the source.")
         self._inplace("__setitem__", lambda: _index_put(self, key, value), (value,))
 
 

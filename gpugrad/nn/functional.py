@@ -223,7 +223,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
         deferred.check_range(ids, rows.shape[1], IndexError, "nll_loss: Target {bad} is out of bounds (for "
                              f"{rows.shape[1]} classes).")
         rw = xp.where(ignored, 0, 1 if w is None else w[ids]).astype(input.dtype)
-    loss = NllLoss.apply(rows, ids=ids, rw=rw, reduction=reduction)
+    loss = NllLoss.apply(rows, ids=ids, rw=rw, reduction=reduction, ignored=ignored)
     return loss.reshape(shape) if reduction == "none" and tuple(shape) != tuple(loss.shape) else loss
 
 
@@ -231,9 +231,6 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     """-w (t log x + (1 - t) log(1 - x)), each log clamped at -100 (torch's); x probabilities in [0, 1]."""
     reduction = _reduction(reduction, size_average, reduce)
     _same_shape(input, target, "binary_cross_entropy", ValueError)
-    x = input._data
-    if input._backend.name == "cpu" and x.size and not ((x >= 0) & (x <= 1)).all():  # NOTE: a sync on CUDA: not there
-        raise RuntimeError("binary_cross_entropy: all elements of input should be between 0 and 1")
     return _pointwise_loss(BinaryCrossEntropy, input, target, reduction, weight)
 
 
@@ -294,9 +291,10 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
                       stacklevel=2)
     if log_target:
         loss = target.exp() * (target - input)
-    else:  # xlogy(t, t): t log t, 0 at t = 0 (log of 1 there, so no 0 * -inf, and no NaN gradient either)
+    else:  # torch's xlogy(t, t) - t input: t log t, 0 at t = 0 (no 0 * -inf), NaN for t < 0 (quietly: t * NaN)
         t = target if isinstance(target, Tensor) else as_operand(target, input)
-        loss = t * (_where(t._data > 0, t, 1.0).log() - input)
+        xlogy = _where(t._data < 0, t * float("nan"), t * _where(t._data > 0, t, 1.0).log())
+        loss = xlogy - t * input
     if reduction == "batchmean":
         return loss.sum() / input.shape[0] if input.ndim else loss.sum()
     return _reduce(loss, reduction)

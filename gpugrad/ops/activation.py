@@ -22,7 +22,7 @@ class PointwiseOp(KernelOp):
     @classmethod
     def make(cls, decl):
         body = {"decl": decl, "__doc__": f"{decl.name}: see ops/declarations.py.", "__module__": __name__,
-                "formula": f"gx = gy * {decl.name}'(x), from the saved {decl.saves}",
+                "formula": f"gx = gy * {decl.name}'(x)" + (f", from the saved {decl.saves}" if decl.saves else ""),
                 # as torch: integers go through exp, sin, ... as the default float dtype
                 "promotes": not decl.ints and "float"}
         if decl.node:
@@ -45,13 +45,16 @@ class PointwiseOp(KernelOp):
 
     def _fwd(self, impl, xp, x):
         y = self._f(impl, xp, x)
-        self.save_for_backward(x if self.decl.saves == "x" else y)
+        if self.decl.saves:
+            self.save_for_backward(x if self.decl.saves == "x" else y)
         return y
 
     def _bwd(self, impl, xp, gy):
-        return self._df(impl, xp, self.saved[0], gy)
+        return self._df(impl, xp, self.saved[0] if self.saved else None, gy)
 
     def backward_graph(self, xp, gy):
+        if not self.saved:  # a constant derivative (rounding: 0, frac: 1): no graph through x, as torch's
+            return self._df(R, xp, None, gy)
         s = self.saved[0]
         gx = self._df(R, xp, s, gy)
         # A select (relu, leaky_relu at 0) reads s only through a comparison: torch's result still depends on s
@@ -109,6 +112,8 @@ class BiasAct(KernelOp):
 
     def _fwd(self, impl, xp, x, b):
         y, saved = impl.bias_act_fwd(xp, x, b, self.act, *self.params)
+        if self.act == "identity":  # its VJP reads nothing: keep x (privately) in the output's place, as torch's
+            saved, self.private_saved = x, (0, 1, 2)  # x + b saves nothing that y's in-place change could touch
         self.save_for_backward(saved, x, b)
         return y
 

@@ -6,9 +6,10 @@ import numbers
 
 import numpy as np
 
+from gpugrad.backend import reference as R
 from gpugrad.core.op import Op, named
 from gpugrad.core.registry import REGISTRY, register
-from gpugrad.core.tensor import TensorBase, as_operand
+from gpugrad.core.tensor import TensorBase, as_operand, new
 
 
 @register("add", inplace=True)
@@ -43,6 +44,10 @@ class Sub(Op):
     promotes = True
     double_backward = linear = batched_jvp = True
     alpha = 1
+
+    # as torch (core/promotion.py reads it, where the operands still have their own dtypes)
+    refuses_bool = ("Subtraction, the `-` operator, with {} is not supported. If you are trying to invert a mask, use "
+                    "the `~` or `logical_not()` operator instead.")
 
     def forward(self, xp, a, b):
         if not isinstance(a, xp.ndarray):
@@ -116,6 +121,12 @@ class Div(Op):
         gb = -gy * (a / b) / b if self.needs_input_grad[1] else None
         return ga, gb
 
+    def jvp(self, xp, ins, out, ts):  # torch's (ta - tb y) / b: at b = 0 infinite, not inf - inf = NaN
+        b, (ta, tb) = ins[1], ts
+        with R._quiet(xp):
+            num = ta if tb is None else -tb * out if ta is None else ta - tb * out
+            return num / b
+
     @staticmethod
     def div(input, other, *, rounding_mode=None):
         """input / other; ``rounding_mode`` "trunc" or "floor" rounds the quotient (then no gradient)."""
@@ -135,6 +146,9 @@ class Neg(Op):
     double_backward = linear = batched_jvp = True
 
     def forward(self, xp, x):
+        if x.dtype == bool:
+            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                               "invert a mask, use the `~` or `logical_not()` operator instead.")
         return -x
 
     def backward(self, xp, gy):
@@ -158,7 +172,12 @@ class Pow(Op):
         # torch's overloads: x ** t PowBackward1, x ** c PowBackward0, c ** x PowBackward2
         self._name = ("PowBackward1" if isinstance(b, xp.ndarray) else "PowBackward0") if isinstance(a, xp.ndarray) \
             else "PowBackward2"
-        y = a ** b
+        # torch computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt: NaN at -inf, where NumPy's pow gives inf and 0
+        if type(b) is float and abs(b) == 0.5:
+            with R._quiet(xp):  # rsqrt(0) = inf, quietly, as torch
+                y = xp.sqrt(a) if b > 0 else 1 / xp.sqrt(a)
+        else:
+            y = a ** b
         # As torch: x ** c saves x only (y may then change in place); c ** x and x ** t save the output too.
         self.save_for_backward(a, b, None if isinstance(b, numbers.Number) else y)
         return y
@@ -175,8 +194,12 @@ class Pow(Op):
             if isinstance(a, numbers.Number):  # a Python scalar base
                 log_a = math.log(a) if a > 0 else -math.inf if a == 0 else math.nan
                 gb = gy * y * log_a if a != 0 else gy * xp.where(b >= 0, 0, log_a)
-            else:  # y * log(a) -> 0 as a -> 0+ for b > 0; torch defines 0 at b == 0 too
-                gb = gy * xp.where((a == 0) & (b >= 0), 0, y * xp.log(a))
+            else:  # y * log(a) -> 0 as a -> 0+ for b > 0; torch defines 0 at b == 0 too, and -inf for b < 0
+                # NOTE: log of a with its zeros replaced: these also run as recorded ops (create_graph, forward
+                # mode), where NumPy's warnings about log(0) cannot be silenced
+                zero = a == 0  # (constants there: y * log(a) would put 0 * inf into second derivatives)
+                with R._quiet(xp):
+                    gb = gy * xp.where(zero, xp.where(b >= 0, 0.0, -math.inf), y * xp.log(xp.where(zero, 1.0, a)))
         return ga, gb
 
     @staticmethod
@@ -203,6 +226,9 @@ class Maximum(Op):
         a, b = self.saved
         return _split(xp, gy, a < b, a > b, a == b)
 
+    def jvp(self, xp, ins, out, ts):
+        return _pick_tangent(xp, ins, ts, ins[0] > ins[1])
+
     @staticmethod
     def maximum(input, other):
         return Maximum.apply(input, as_operand(other, input))
@@ -223,9 +249,22 @@ class Minimum(Op):
         a, b = self.saved
         return _split(xp, gy, a > b, a < b, a == b)
 
+    def jvp(self, xp, ins, out, ts):
+        return _pick_tangent(xp, ins, ts, ins[0] < ins[1])
+
     @staticmethod
     def minimum(input, other):
         return Minimum.apply(input, as_operand(other, input))
+
+
+def _pick_tangent(xp, ins, ts, a_wins):
+    """torch's JVP of maximum/minimum, tb + m (ta - tb) with m = 1 where a wins, 1/2 on ties, 0 else (b's where a
+    comparison with NaN is false both ways, where the VJP sends gy to both: the JVP is not its transpose in torch
+    either); as torch, a NaN or inf tangent reaches every element (m * inf)."""
+    ta, tb = (t if t is not None else 0.0 for t in ts)
+    m = xp.where(ins[0] == ins[1], 0.5, xp.where(a_wins, 1.0, 0.0))
+    with R._quiet(xp):  # 0 * inf: NaN, quietly, as torch
+        return tb + m * (ta - tb)
 
 
 def _split(xp, gy, a_loses, b_loses, tie):
@@ -300,6 +339,30 @@ class Clamp(Op):
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         if not isinstance(min, TensorBase) and not isinstance(max, TensorBase):
             return Clamp.apply(input, lo=min, hi=max)
-        x = input if min is None else Where.apply(as_operand(min, input), input, cond=(input < min)._data)
-        y = x if max is None else Where.apply(as_operand(max, input), x, cond=(x > max)._data)
+        y = _clamp_to_tensors(input, None if min is None else as_operand(min, input),
+                              None if max is None else as_operand(max, input))
         return named(y, "ClampBackward0")  # torch's node for tensor bounds (clamp.Tensor)
+
+
+def _clamp_to_tensors(x, lo, hi):
+    """clamp with Tensor bounds, torch's values and gradients (clamp_backward_min_max): x where lo <= x <= hi, lo where
+    x < lo < hi, hi where x > hi or hi < lo, lo (= hi) with no gradient where x is beyond lo == hi; NaN wherever x or a
+    bound is NaN, with no gradient (each comparison with NaN is False)."""
+    if hi is None:
+        take = ((x, x >= lo), (lo, x < lo))
+    elif lo is None:
+        take = ((x, x <= hi), (hi, x > hi))
+    else:
+        take = ((x, (x >= lo) & (x <= hi)), (lo, (x < lo) & (lo < hi)), (hi, (x > hi) | (hi < lo)))
+    nan = x.isnan()
+    for b in (lo, hi):
+        if isinstance(b, TensorBase):
+            nan = nan | b.isnan()
+        elif b is not None and b != b:
+            nan = nan | True
+    rest = lo if lo is not None else hi  # reached only where lo == hi (or through a NaN)
+    rest = rest.detach() if isinstance(rest, TensorBase) else new(rest, dtype=x.dtype, device=x.device)
+    y = Where.apply(float("nan"), rest, cond=nan._data)
+    for value, mask in reversed(take):
+        y = Where.apply(value, y, cond=mask._data)
+    return y

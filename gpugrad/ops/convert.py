@@ -16,10 +16,18 @@ class Cast(Op):
     node_name = "ToCopyBackward0"
 
     def forward(self, xp, x):
+        if xp.dtype(self.dtype).kind == "c" and self.needs_input_grad[0]:
+            raise RuntimeError(_NO_COMPLEX.format(what=f"cast a tensor of {x.dtype} to {xp.dtype(self.dtype)}"))
         return x.astype(self.dtype)
 
     def backward(self, xp, gy):
         return gy
+
+
+# NOTE: torch differentiates through complex tensors (Wirtinger calculus); gpugrad has no complex autograd, so a cast
+# of a tensor with a graph (or a tangent) into a complex dtype is refused rather than silently detached (README).
+_NO_COMPLEX = ("{what}: gpugrad has no complex autograd, and this tensor requires grad (or carries a forward-mode "
+               "tangent); cast x.detach(), or compute under gpugrad.no_grad()")
 
 
 @register("to_device")

@@ -20,7 +20,7 @@ from typing import Callable
 @dataclass(frozen=True)
 class Pointwise:
     name: str
-    saves: str  # what g * f' reads: "x" (the input) or "y" (the output)
+    saves: str  # what g * f' reads: "x" (the input), "y" (the output) or "" (nothing: f' is a constant)
     params: tuple = ()  # ((name, default), ...): the kernel's p0, p1, in order
     low: float = -3.0
     high: float = 3.0
@@ -68,12 +68,16 @@ POINTWISE = {d.name: d for d in (
     Pointwise("log", "x", low=0.1, high=3.0, kernel=False, f=lambda xp, x: xp.log(x), df=lambda xp, x, g: g / x),
     Pointwise("sqrt", "y", low=0.1, high=3.0, kernel=False, f=lambda xp, x: xp.sqrt(x),
               df=lambda xp, y, g: g / (y * 2)),
-    # rounding and sign: piecewise constant, f' = 0 away from the jumps (integer inputs stay integers, as in torch)
-    *(Pointwise(n, "x", low=-2.5, high=2.5, kinks=k, kernel=False, df=lambda xp, x, g: xp.zeros_like(g), ints=True,
+    # rounding and sign: piecewise constant, f' = 0 away from the jumps (integer inputs stay integers, as in torch);
+    # their derivatives read nothing, so nothing is saved (an in-place change of x afterwards is legal, as in torch)
+    *(Pointwise(n, "", low=-2.5, high=2.5, kinks=k, kernel=False, df=lambda xp, x, g: xp.zeros_like(g), ints=True,
                 f=lambda xp, x, n=n: getattr(xp, n)(x) if x.dtype.kind in "fV" else x.copy(),
                 frontend=n != "round")  # round(decimals=) is a composition (functional.py)
-      for n, k in (("floor", _INTS), ("ceil", _INTS), ("trunc", _INTS), ("round", _HALVES), ("sign", (0.0,)))),
-    Pointwise("frac", "x", low=-2.5, high=2.5, kinks=_INTS, kernel=False, f=lambda xp, x: x - xp.trunc(x),
+      for n, k in (("floor", _INTS), ("ceil", _INTS), ("trunc", _INTS), ("round", _HALVES))),
+    # torch's sign: 0 for NaN (NumPy's is NaN), and the sign of an integer as an integer
+    Pointwise("sign", "", low=-2.5, high=2.5, kinks=(0.0,), kernel=False, df=lambda xp, x, g: xp.zeros_like(g),
+              ints=True, f=lambda xp, x: xp.where(x == x, xp.sign(x), 0).astype(x.dtype, copy=False)),
+    Pointwise("frac", "", low=-2.5, high=2.5, kinks=_INTS, kernel=False, f=lambda xp, x: x - xp.trunc(x),
               df=lambda xp, x, g: g),
     Pointwise("reciprocal", "y", low=0.3, high=3.0, kernel=False, f=lambda xp, x: 1 / x,
               df=lambda xp, y, g: -g * y * y),

@@ -12,6 +12,7 @@ from gpugrad.core.args import dims, with_dtype
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
 from gpugrad.core.tensor import TensorBase
+from gpugrad.dtypes import scalar_type_name
 from gpugrad.ops.reduce import _keep, _Reduce
 
 
@@ -35,7 +36,13 @@ class Einsum(Op):
     """
     formula = "g_i = einsum of gy with the other operands into operand i's subscripts"
     double_backward = True
-    promotes = "same"  # as torch: mixed dtypes are an error
+    promotes = True  # as torch, where nothing is summed (a product: mul); contractions refuse (the frontend)
+
+    # torch's einsum contracts rearranged (permuted, reshaped: often copied) operands with bmm and saves those: a
+    # later in-place change of an operand is legal there, so this node copies what it saved first (Op.private_saved)
+    @property
+    def private_saved(self):
+        return tuple(range(len(self.saved or ())))
 
     def forward(self, xp, *xs):
         self.ins, self.out = self.equation.split("->")
@@ -108,6 +115,12 @@ class Einsum(Op):
                 size[c] = n if size.get(c, 1) == 1 else size[c]
         operands = [x if all(size[c] == n for c, n in zip(s, x.shape)) else x.expand([size[c] for c in s])
                     for s, x in zip(subs, operands)]
+        dtypes = [x.dtype for x in operands]
+        if len(set(dtypes)) > 1 and set("".join(subs)) - set(out):  # as torch: a contraction (bmm) does not promote
+            other = next(d for d in dtypes if d != dtypes[0])
+            raise RuntimeError(f"einsum(): expected scalar type {scalar_type_name(dtypes[0])} but found "
+                               f"{scalar_type_name(other)}: operands of {equation!r} that are summed over must share "
+                               "a dtype; convert them with .to(dtype)")
         return Einsum.apply(*operands, equation=",".join(subs) + "->" + out)
 
 
@@ -129,13 +142,14 @@ class LinalgVectorNorm(_Reduce):
     def forward(self, xp, x):
         axes, p, k = self._setup(x), self.ord, self.keepdims
         if abs(p) == math.inf and any(x.shape[a] == 0 for a in self.axes):
-            raise IndexError(f"linalg.vector_norm cannot compute the {p} norm on an empty tensor because the "
-                             "operation does not have an identity")
+            raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on an empty tensor because the "
+                               "operation does not have an identity")
         a = xp.abs(x)
-        y = (xp.amax(a, axis=axes, keepdims=k) if p == math.inf else xp.amin(a, axis=axes, keepdims=k)
-             if p == -math.inf else xp.sum(x != 0, axis=axes, keepdims=k).astype(x.dtype) if p == 0
-             else xp.sum(a, axis=axes, keepdims=k) if p == 1 else xp.sqrt(xp.sum(x * x, axis=axes, keepdims=k))
-             if p == 2 else xp.sum(a ** p, axis=axes, keepdims=k) ** (1.0 / p))
+        with R._quiet(xp):  # a negative p at x = 0: 0 ** p = inf, and inf ** (1 / p) = 0, as torch, quietly
+            y = (xp.amax(a, axis=axes, keepdims=k) if p == math.inf else xp.amin(a, axis=axes, keepdims=k)
+                 if p == -math.inf else xp.sum(x != 0, axis=axes, keepdims=k).astype(x.dtype) if p == 0
+                 else xp.sum(a, axis=axes, keepdims=k) if p == 1 else xp.sqrt(xp.sum(x * x, axis=axes, keepdims=k))
+                 if p == 2 else xp.sum(a ** p, axis=axes, keepdims=k) ** (1.0 / p))
         self.save_for_backward(x, y)
         return y
 
@@ -156,10 +170,14 @@ class LinalgVectorNorm(_Reduce):
         return xp.where(bad, 0, xp.sign(xs) * xp.abs(xs) ** (p - 1) / ys ** (p - 1))
 
     def backward(self, xp, gy):
+        if self.ord == 0:  # piecewise constant: no gradient at all (None, as torch's), not zeros
+            return None
         x, y = self.saved
         return _keep(xp, gy, self.axes, self.keepdims) * self._d(xp, x, y)
 
     def jvp(self, xp, ins, out, ts):
+        if self.ord == 0:  # zeros, as torch's (not 0 * t: a NaN or inf of t stays out)
+            return xp.zeros_like(out)
         return xp.sum(self._d(xp, ins[0], out) * ts[0], axis=self.axes, keepdims=self.keepdims)
 
     @staticmethod

@@ -130,21 +130,33 @@ class _PointwiseLoss(Op):
         return parts if w is None else tuple(p * w for p in parts)
 
     def forward(self, xp, x, t):
+        self._check(xp, x, t)
         self.save_for_backward(x, t)
-        return _reduce(self._weighted(xp, x, t)[0], self.reduction)
+        with R._quiet(xp):
+            return _reduce(xp, self._weighted(xp, x, t)[0], self.reduction)
+
+    def _check(self, xp, x, t):
+        pass
 
     def backward(self, xp, gy):
         _, dx, dt = self._weighted(xp, *self.saved)
-        g = gy / math.prod(dx.shape) if self.reduction == "mean" else gy
+        # max(n, 1): an empty batch has no elements to send gy / n to (the division would only warn)
+        g = gy / max(math.prod(dx.shape), 1) if self.reduction == "mean" else gy
         return g * dx, g * dt
 
     def jvp(self, xp, ins, out, ts):
         _, dx, dt = self._weighted(xp, *ins)
-        return _reduce(sum(d * v for d, v in zip((dx, dt), ts) if v is not None), self.reduction)
+        with R._quiet(xp):
+            return _reduce(xp, sum(d * v for d, v in zip((dx, dt), ts) if v is not None), self.reduction)
 
 
-def _reduce(x, reduction):
-    return x if reduction == "none" else x.sum() if reduction == "sum" else x.mean()
+def _reduce(xp, x, reduction):
+    """The loss reduced as torch does, quietly: a float16 sum that overflows is inf, the mean of nothing NaN."""
+    if reduction == "none":
+        return x
+    if reduction == "sum" or x.size:
+        return x.sum() if reduction == "sum" else x.mean()
+    return x.sum() * float("nan")  # the mean of an empty batch (NumPy's mean warns "Mean of empty slice")
 
 
 @register("binary_cross_entropy")
@@ -152,6 +164,15 @@ class BinaryCrossEntropy(_PointwiseLoss):
     """loss = -(t max(log x, -100) + (1 - t) max(log1p(-x), -100)): torch's clamped logs, so x = 0 or 1 is finite.
     Derivatives (torch's): dx = (x - t) / max(x (1 - x), 1e-12), dt = max(log1p(-x), -100) - max(log x, -100)."""
     formula = "gx = gy * (x - t) / (x (1 - x)), gt = gy * log((1 - x) / x)"
+
+    def _check(self, xp, x, t):
+        # torch's range checks; on CUDA without a sync, raised at the next host read (backend/deferred.py)
+        for name, v in (("input", x), ("target", t)):
+            if hasattr(v, "shape"):
+                deferred.check_within(v, 0, 1, RuntimeError, f"binary_cross_entropy: all elements of {name} should "
+                                      "be between 0 and 1")
+            elif not 0 <= v <= 1:
+                raise RuntimeError(f"binary_cross_entropy: all elements of {name} should be between 0 and 1")
 
     def _parts(self, xp, x, t):
         lx, l1x = xp.maximum(xp.log(x), -100.0), xp.maximum(xp.log1p(-x), -100.0)
@@ -172,7 +193,8 @@ class BinaryCrossEntropyWithLogits(_PointwiseLoss):
         m = xp.maximum(-x, 0.0)
         softplus = m + xp.log(xp.exp(-m) + xp.exp(-x - m))
         lw = 1.0 if p is None else 1 + (p - 1) * t
-        dx = lw / (1 + xp.exp(-x)) - (t if p is None else p * t)
+        # sigmoid(x) = e^-softplus(-x): no e^-x to overflow (on Tensors NumPy's warning could not be silenced)
+        dx = lw * xp.exp(-softplus) - (t if p is None else p * t)
         return (1 - t) * x + lw * softplus, dx, (-x if p is None else (p - 1) * softplus - x)
 
 
@@ -220,9 +242,13 @@ class NllLoss(Op):
     linear = True
     node_name = "NllLossBackward0"
 
+    ignored = None  # rows whose target is ignore_index: 0, whatever their input holds (NaN too), as torch
+
     def forward(self, xp, x):
         self.shape = x.shape
         loss = -x[xp.arange(x.shape[0]), self.ids] * self.rw
+        if self.ignored is not None:
+            loss = xp.where(self.ignored, 0, loss).astype(loss.dtype, copy=False)
         if self.reduction == "none":
             return loss
         with R._quiet(xp):  # every row ignored: 0 / 0, NaN as torch

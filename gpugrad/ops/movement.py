@@ -67,6 +67,8 @@ class Permute(Op):
     @staticmethod
     def permute(input, *dims):
         """A view with the axes in the order ``dims``."""
+        if not dims:
+            raise TypeError('permute() missing 1 required positional arguments: "dims"')
         axes = sizes(dims)
         out = Permute.apply(input, axes=axes)
         normalized = tuple(a % max(input.ndim, 1) for a in axes)
@@ -164,6 +166,47 @@ class Unsqueeze(Op):
         return _reshaped_view(Unsqueeze.apply(input, axis=dims(dim, False, kw, "unsqueeze")["axis"]), input)
 
 
+@register("diagonal")
+class Diagonal(Op):
+    """y = the diagonal of the planes (dim1, dim2) of x (``offset`` above the main one if > 0, below if < 0), as the
+    last dim: a view, so writes into x show in y and writes into y reach x, as torch's.
+    VJP: gx = zeros of x's shape with gy written on that diagonal."""
+    formula = "gx = zeros of x's shape, gy on the diagonal"
+    linear = True
+
+    def forward(self, xp, x):
+        self.in_shape = x.shape
+        if x.ndim < 2:
+            raise RuntimeError(f"diagonal(): expected a tensor with at least 2 dimensions, got shape {x.shape}")
+        self.d1, self.d2 = (canonical_axis(d, x.ndim, "diagonal") for d in (self.dim1, self.dim2))
+        if self.d1 == self.d2:
+            raise RuntimeError(f"diagonal dimensions cannot be identical {self.dim1}, {self.dim2}")
+        return diagonal_view(x, self.offset, self.d1, self.d2)
+
+    def backward(self, xp, gy):
+        gx = xp.zeros(self.in_shape, dtype=gy.dtype)
+        diagonal_view(gx, self.offset, self.d1, self.d2)[...] = gy
+        return gx
+
+    def jvp_batched(self, ts, out, batch):
+        return Diagonal.apply(ts[0], offset=self.offset, dim1=self.d1 + 1, dim2=self.d2 + 1)
+
+    @staticmethod
+    def diagonal(input, offset=0, dim1=0, dim2=1):
+        """The diagonal ``offset`` of the planes (dim1, dim2) as the last dim: a view (DiagonalBackward0)."""
+        out = Diagonal.apply(input, offset=offset, dim1=dim1, dim2=dim2)
+        d1, d2 = dim1 % input.ndim, dim2 % input.ndim
+        return mark_view(out, input, lambda a: diagonal_view(a, offset, d1, d2))
+
+
+def diagonal_view(a, offset, d1, d2):
+    """``a.diagonal(...)``, writable where ``a`` is: NumPy marks its diagonals read-only (CuPy's are writable)."""
+    y = a.diagonal(offset, d1, d2)
+    if not getattr(y.flags, "writeable", True) and a.flags.writeable:
+        y.flags.writeable = True
+    return y
+
+
 def _reshaped_view(out, input):
     shape = out.shape
     return mark_view(out, input, lambda a: a.reshape(shape))
@@ -183,7 +226,10 @@ class Index(Op):
         self.in_shape = x.shape
         if basic_key(self.key):
             self._name = "SliceBackward0" if self.lone_slice else _basic_name(self.key, x.shape)
-        return x[self.key]
+            return x[self.key]
+        # a copy in C order, as torch's (NumPy's advanced indexing along a later axis may give another layout, and
+        # .view() of it would then fail where torch's succeeds)
+        return xp.ascontiguousarray(x[self.key])
 
     def backward(self, xp, gy):
         gx = xp.zeros(self.in_shape, dtype=gy.dtype)
@@ -222,8 +268,10 @@ def _basic_name(key, shape):
 def tensors_of(xs, op):
     """A sequence argument (cat, stack) as Tensors: other array-likes join as tensors on the first one's device."""
     xs = list(xs)
-    if not xs:
-        raise ValueError(f"{op}: expected a non-empty sequence of tensors")
+    if not xs:  # torch's errors: cat's a ValueError, the stacks' a RuntimeError
+        if op == "cat":
+            raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+        raise RuntimeError(f"{op} expects a non-empty TensorList")
     device = xs[0].device if isinstance(xs[0], TensorBase) else None
     return [x if isinstance(x, TensorBase) else new(x, device=device) for x in xs]
 
@@ -241,9 +289,14 @@ class Cat(Op):
     double_backward = True
 
     def forward(self, xp, *xs):
-        self.sizes = [x.shape[self.axis] for x in xs]
-        self.ndim = xs[0].ndim
-        return xp.concatenate(xs, axis=self.axis)
+        # as torch: 1-D empty tensors are skipped beside tensors of other ranks (their gradient is empty too)
+        ref = next((x for x in xs if not (x.ndim == 1 and x.shape[0] == 0)), xs[0])
+        self.skip = [x is not ref and x.ndim == 1 and x.shape[0] == 0 and ref.ndim != 1 for x in xs]
+        kept = [x for x, s in zip(xs, self.skip) if not s]
+        self.axis = _check_cat(kept, self.axis)
+        self.sizes = [0 if s else x.shape[self.axis] for x, s in zip(xs, self.skip)]
+        self.ndim = ref.ndim
+        return xp.concatenate(kept, axis=self.axis)
 
     def jvp_batched(self, ts, out, batch):
         return Cat.apply(*ts, axis=self.axis % self.ndim + 1)
@@ -251,9 +304,9 @@ class Cat(Op):
     def backward(self, xp, gy):
         out, start = [], 0
         axis = self.axis % gy.ndim
-        for n in self.sizes:
-            if n == 0 and gy.ndim == 1:  # torch's cat_tensors_backward: a constant for a (0,) input (no graph)
-                out.append(xp.zeros_like(gy)[:0])
+        for n, skipped in zip(self.sizes, getattr(self, "skip", [False] * len(self.sizes))):
+            if n == 0 and (gy.ndim == 1 or skipped):  # torch's cat_tensors_backward: a constant for a (0,) input
+                out.append(xp.zeros_like(gy).reshape(-1)[:0])
                 continue
             out.append(gy[(slice(None),) * axis + (slice(start, start + n),)])
             start += n
@@ -265,6 +318,23 @@ class Cat(Op):
         return Cat.apply(*tensors_of(tensors, "cat"), axis=_dim0(dim, axis, "cat"))
 
 
+def _check_cat(xs, axis):
+    """torch's checks of cat's operands (each of rank >= 1, one rank, equal sizes but along ``axis``): the axis."""
+    for i, x in enumerate(xs):
+        if x.ndim == 0:
+            raise RuntimeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
+    for x in xs[1:]:
+        if x.ndim != xs[0].ndim:
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {xs[0].ndim} and {x.ndim}")
+    axis = canonical_axis(axis, xs[0].ndim, "cat")
+    for i, x in enumerate(xs[1:], 1):
+        for d, (a, b) in enumerate(zip(xs[0].shape, x.shape)):
+            if d != axis and a != b:
+                raise RuntimeError(f"Sizes of tensors must match except in dimension {axis}. Expected size {a} but "
+                                   f"got size {b} for tensor number {i} in the list.")
+    return axis
+
+
 @register("stack", method=False, function=True)
 class Stack(Op):
     """y = stack(xs, axis).  VJP: gx_i = gy taken at i along axis."""
@@ -273,9 +343,12 @@ class Stack(Op):
     double_backward = True
 
     def forward(self, xp, *xs):
-        y = xp.stack(xs, axis=self.axis)
-        self.axis %= y.ndim
-        return y
+        for i, x in enumerate(xs[1:], 1):
+            if x.shape != xs[0].shape:
+                raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(xs[0].shape)} at entry "
+                                   f"0 and {list(x.shape)} at entry {i}")
+        self.axis = canonical_axis(self.axis, xs[0].ndim, "stack", new=1)
+        return xp.stack(xs, axis=self.axis)
 
     def backward(self, xp, gy):
         return tuple(gy[(slice(None),) * self.axis + (i,)] for i in range(gy.shape[self.axis]))
@@ -307,7 +380,7 @@ class Gather(Op):
             raise TypeError(f"gather: index must hold integers, got dtype {index.dtype}")
         if index.ndim != x.ndim:
             raise ValueError(f"gather: index of shape {index.shape} must have as many axes as the input {x.shape}")
-        if any(i > n for d, (i, n) in enumerate(zip(index.shape, x.shape)) if d != axis):
+        if index.size and any(i > n for d, (i, n) in enumerate(zip(index.shape, x.shape)) if d != axis):
             raise ValueError(f"gather: index of shape {index.shape} must be no larger than the input {x.shape} "
                              f"along every axis but {axis}")
         if x.ndim == 0:  # torch takes a 0-d input as one element along axis 0
@@ -317,8 +390,8 @@ class Gather(Op):
         n = x.shape[axis]
         # An id outside [0, n) is an error, not a wrap-around (negative ids) or an out-of-bounds read: raised now on
         # the CPU, and on CUDA at the next read, checked by a kernel without a sync (backend/deferred.py).
-        deferred.check_range(index, n, IndexError, f"gather: index values must lie in [0, {n}) along axis {axis} "
-                             f"of the input {self.in_shape}, got min {{lo}} and max {{hi}}")
+        deferred.check_range(index, n, RuntimeError, f"gather(): index {{bad}} is out of bounds for dimension {axis} "
+                             f"with size {n} (input of shape {self.in_shape})")
         return xp.take_along_axis(x, self.index, axis=axis).reshape(index.shape)
 
     def backward(self, xp, gy):

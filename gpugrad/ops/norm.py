@@ -44,6 +44,8 @@ class LayerNorm(KernelOp):
         x2 = self._as_rows(x)
         xshape, wshape = self.shapes
         gx, gw, gb = impl.layer_norm_bwd(xp, x2, w1, mean, rstd, gy.reshape(x2.shape))
+        if xp is tensor_xp and gb is not None and not gb.requires_grad and x.requires_grad:
+            gb = xp.depends(gb, x2[:1, :1].sum())  # torch's one backward op: its gb depends on x (derivative 0)
         ng = self.needs_input_grad
         return (gx.reshape(xshape) if ng[0] else None,
                 gw.reshape(wshape) if len(ng) > 1 and ng[1] else None,
@@ -78,7 +80,10 @@ class LayerNorm(KernelOp):
             dy = dy + xhat * tw.reshape(self.n)
         if tb is not None:
             dy = dy + tb.reshape(self.n)
-        return dy.reshape(x.shape) if hasattr(dy, "reshape") else out * 0
+        if not hasattr(dy, "reshape"):  # no input had a tangent that reaches y
+            return out * 0
+        # only w's or b's tangent: (n,), broadcast over the rows
+        return dy.reshape(x.shape) if dy.ndim == 2 else xp.broadcast_to(dy, x2.shape).reshape(x.shape)
 
     def _saved_on_tensors(self, xp):
         """x and w as the inputs they are, and the row statistics recomputed from x with recorded ops, so that the

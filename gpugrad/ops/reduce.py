@@ -163,6 +163,14 @@ class Median(_Extreme):
     formula = "gx = gy split evenly among the elements equal to the median"
     full_suffix = "0"
 
+    def forward(self, xp, x):
+        if x.size == 0:  # as torch: the median of nothing is NaN (its gradient is empty)
+            self._setup(x)
+            y = xp.full((1,) * x.ndim, float("nan"), dtype=x.dtype)
+            self.save_for_backward(x, y)
+            return y.reshape(())
+        return super().forward(xp, x)
+
     def _extreme(self, xp, x, axes):
         s = xp.sort(x.reshape(-1))
         return xp.where(s[-1] != s[-1], s[-1], s[(s.size - 1) // 2]).reshape((1,) * x.ndim)
@@ -204,6 +212,8 @@ class Var(_Reduce):
         return self._vjp(xp, self.saved[0], gy)
 
     def jvp(self, xp, ins, out, ts):  # d var = 2 Σ (x - mean) t / (n - correction)
+        if not self.n:  # nothing reduced: 0, as torch (not 0 * 2 / 0)
+            return xp.zeros_like(out)
         x = ins[0]
         centered = x - _mean(xp, x, self.axes, self.n)
         return xp.sum(centered * ts[0], axis=self.axes, keepdims=self.keepdims) * (

@@ -2,6 +2,7 @@
 dividend's sign).  Integers stay integers, as in torch."""
 from __future__ import annotations
 
+from gpugrad.backend import deferred, reference as R
 from gpugrad.core.op import Op
 from gpugrad.core.registry import composite, register
 from gpugrad.core.tensor import as_operand
@@ -16,14 +17,28 @@ class RoundingDiv(Op):
     node_name = "DivBackward2"
 
     def forward(self, xp, a, b):
-        if self.mode == "floor":
-            return xp.floor_divide(a, b)
-        q = xp.trunc(xp.true_divide(a, b))
+        _integer_zero(xp, a, b)
+        with R._quiet(xp):  # floats by 0: +-inf or NaN, quietly, as torch
+            if self.mode == "floor":
+                return xp.floor_divide(a, b)
+            q = xp.trunc(xp.true_divide(a, b))
         kind = xp.result_type(a, b)
         return q.astype(kind) if q.dtype != kind else q
 
     def backward(self, xp, gy):
         return tuple(xp.zeros_like(gy) if need else None for need in self.needs_input_grad)
+
+
+def _integer_zero(xp, a, b):
+    """torch's integer //, %, fmod and div(rounding_mode=) by zero raise (NumPy's give 0 with a warning): now on the CPU,
+    at the next host read on CUDA (a device-side check, no sync: backend/deferred.py)."""
+    if xp.result_type(a, b).kind not in "iu":
+        return
+    if not hasattr(b, "shape"):
+        if b == 0:
+            raise RuntimeError("ZeroDivisionError")
+        return
+    deferred.check_range(xp.where(b == 0, 1, 0), 1, RuntimeError, "ZeroDivisionError")
 
 
 @composite("floor_divide", inplace=True)
@@ -41,14 +56,18 @@ class Remainder(Op):
 
     def forward(self, xp, a, b):
         self._name = self.node_name[:-1] + ("1" if isinstance(b, xp.ndarray) else "0")  # torch: .Tensor / .Scalar
-        self.save_for_backward(a, b)
-        return xp.remainder(a, b) if self.op_name == "remainder" else xp.fmod(a, b)
+        _integer_zero(xp, a, b)
+        if self.needs_input_grad[1]:  # only b's gradient reads the inputs (a's is gy): torch saves nothing else
+            self.save_for_backward(a, b)
+        with R._quiet(xp):  # floats by 0: NaN, quietly, as torch
+            return xp.remainder(a, b) if self.op_name == "remainder" else xp.fmod(a, b)
 
     def backward(self, xp, gy):
-        a, b = self.saved
         if not self.needs_input_grad[1]:
             return gy, None
-        return gy, -gy * (a // b if self.op_name == "remainder" else xp.trunc(a / b))
+        a, b = self.saved
+        with R._quiet(xp):
+            return gy, -gy * (a // b if self.op_name == "remainder" else xp.trunc(a / b))
 
     @staticmethod
     def remainder(input, other):

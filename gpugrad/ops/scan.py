@@ -75,18 +75,29 @@ class Cumprod(_Scan):
         return (xp.where(before, _rcumsum(xp, gy * xp.where(before, yp, 0), a) / xs, 0)
                 + xp.where(first, _rcumsum(xp, gy * yp, a), 0))
 
+    def _through_jacobian(self, x, v, forward):
+        """J t (``forward``: Σ_{k <= j} t_k J[k, j]) or J^T gy (Σ_{j >= k} J[k, j] gy_j) on Tensors, summing only the
+        terms above J's diagonal (a select, not a product with J's zeros): a NaN or inf in v reaches only the entries
+        it feeds, as in torch (a matmul would spread it over the line, NaN * 0)."""
+        xp, n = self._be.xp, x.shape[self.axis]
+        line = v.movedim(self.axis, -1)
+        jac = self._jacobian(x)
+        terms = line.unsqueeze(-1) * jac if forward else jac * line.unsqueeze(-2)
+        upper = xp.triu(xp.ones((n, n), dtype=bool))
+        return Where.apply(terms, 0.0, cond=upper).sum(-2 if forward else -1).movedim(-1, self.axis)
+
     def backward_graph(self, xp, gy):
         x = self.saved[0]
         if not x.ndim:
             return gy * 1
-        return (self._jacobian(x) @ gy.movedim(self.axis, -1).unsqueeze(-1)).squeeze(-1).movedim(-1, self.axis)
+        return self._through_jacobian(x, gy, forward=False)
 
     def jvp(self, xp, ins, out, ts):
         x, t = ins[0], ts[0]
         if not x.ndim:
             return t
         if not isinstance(x, self._be.array_type):  # Tensors: differentiable again
-            return (t.movedim(self.axis, -1).unsqueeze(-2) @ self._jacobian(x)).squeeze(-2).movedim(-1, self.axis)
+            return self._through_jacobian(x, t, forward=True)
         before, first, xs, yp = self._parts(xp, x)
         a = self.axis
         return xp.where(before, out * xp.cumsum(xp.where(before, t, 0) / xs, axis=a),

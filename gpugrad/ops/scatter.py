@@ -23,8 +23,8 @@ class Scatter(Op):
         if index.dtype.kind not in "iu" or index.ndim != x.ndim:
             raise RuntimeError(f"scatter: index must be an integer tensor with as many dims as the input {x.shape}, "
                                f"got {index.dtype} of shape {index.shape}")
-        deferred.check_range(index, x.shape[self.axis], IndexError, f"scatter: index values must lie in [0, "
-                             f"{x.shape[self.axis]}) along dim {self.axis} of {x.shape}, got min {{lo}} and max {{hi}}")
+        deferred.check_range(index, x.shape[self.axis], RuntimeError, f"scatter(): index {{bad}} is out of bounds for "
+                             f"dimension {self.axis} with size {x.shape[self.axis]} (input of shape {x.shape})")
         self.key = tuple(index if d == self.axis else xp.arange(n).reshape([-1 if e == d else 1 for e in
                                                                               range(index.ndim)])
                          for d, n in enumerate(index.shape))
@@ -55,6 +55,7 @@ class Scatter(Op):
         if reduce not in (None, "add"):
             raise ValueError(f"scatter: reduce must be None or 'add', got {reduce!r}")
         src = value if src is None else src
+        canonical_axis(dim, input.ndim, "scatter")  # before the operands' dtypes, as torch
         src = as_operand(src, input)
         out = Scatter.apply(input, src, index=index_array(index, input, "scatter"), axis=dim, reduce=reduce)
         return out if isinstance(src, TensorBase) else _named(out, "ScatterBackward1")  # torch's scatter.value
@@ -69,7 +70,11 @@ def scatter_add(input, dim, index, src):
 def index_add(input, dim, index, source, *, alpha=1):
     """``input`` with ``alpha * source`` added at ``index`` (a vector) along ``dim``; repeated indices add up."""
     d = canonical_axis(dim, input.ndim, "index_add")
-    idx = index_array(index, input, "index_add").reshape([-1 if e == d else 1 for e in range(source.ndim)])
+    idx = index_array(index, input, "index_add")
+    n = input.shape[d] if input.ndim else 1
+    deferred.check_range(idx, n, IndexError, f"index_add(): index out of range in self: ids must lie in [0, {n}) along "
+                         f"dim {d} of the input {tuple(input.shape)}, got min {{lo}} and max {{hi}}")
+    idx = idx.reshape([-1 if e == d else 1 for e in range(source.ndim)])
     source = source if alpha == 1 else source * alpha
     out = Scatter.scatter(input, d, input._backend.xp.broadcast_to(idx, source.shape), source, reduce="add")
     return _named(out, "IndexAddBackward0")

@@ -55,7 +55,7 @@ class Softmax(_RowOp):
 
     def _jvp(self, impl, xp, ins, out, ts):  # the Jacobian is symmetric: the VJP's formula on the tangent
         if self.ndim == 0:
-            return ts[0] * 0.0
+            return out * (ts[0] - ts[0] * out)
         return out * (ts[0] - xp.sum(ts[0] * out, axis=self.undo[0] - self.ndim, keepdims=True))
 
     @staticmethod
@@ -71,7 +71,7 @@ class LogSoftmax(_RowOp):
 
     def _jvp(self, impl, xp, ins, out, ts):  # t - Σ softmax(x) t (the row's d logsumexp)
         if self.ndim == 0:
-            return ts[0] * 0.0
+            return ts[0] - xp.exp(out) * ts[0]
         return ts[0] - xp.sum(xp.exp(out) * ts[0], axis=self.undo[0] - self.ndim, keepdims=True)
 
     @staticmethod
@@ -113,11 +113,26 @@ class LogSumExp(KernelOp):
     def _jvp(self, impl, xp, ins, out, ts):  # Σ softmax(x) t over the axis
         x, t = ins[0], ts[0]
         if self.ndim == 0:
-            return t
+            return t * xp.exp(x - out)
         axis = self.undo[0] - self.ndim  # from the end: a batch of tangents (B, *x.shape) sums the same axis
         y = out if self.keepdims else xp.expand_dims(out, axis)
         return xp.sum(xp.exp(x - y) * t, axis=axis, keepdims=self.keepdims)
 
     @staticmethod
     def logsumexp(input, dim=-1, keepdim=False, **kw):
-        return LogSumExp.apply(input, **dims(dim, keepdim, kw, "logsumexp"))
+        """log Σ e^x over ``dim``: an int, or a tuple of dims (moved last and flattened: one row each)."""
+        a = dims(dim, keepdim, kw, "logsumexp")
+        axis = a["axis"]
+        if isinstance(axis, int) or not input.ndim:
+            return LogSumExp.apply(input, axis=axis if isinstance(axis, int) else -1, keepdims=a["keepdims"])
+        axes = sorted({canonical_axis(d, input.ndim, "logsumexp") for d in (range(input.ndim) if axis is None
+                                                                              else axis)})
+        if axis is not None and len(axes) != len(axis):
+            raise RuntimeError(f"logsumexp: dim {axis} appears multiple times in the list of dims")
+        rest = [d for d in range(input.ndim) if d not in axes]
+        moved = input.permute(rest + axes)
+        rows = moved.reshape(tuple(moved.shape[:len(rest)]) + (math.prod(moved.shape[len(rest):]),))
+        y = LogSumExp.apply(rows, axis=-1, keepdims=False)
+        if a["keepdims"]:
+            y = y.reshape(tuple(1 if d in axes else n for d, n in enumerate(input.shape)))
+        return y

@@ -19,28 +19,39 @@ needs_sim = pytest.mark.skipif(not cuda_sim.enabled(), reason="sync counts exist
                                                               "(GPUGRAD_CUDA_SIM=1)")
 XENT = r"cross_entropy: target ids must lie in \[0, 3\) for logits \(4, 3\), got min -1 and max 5"
 EMB = r"embedding: id 5 is out of range for a table of 5 rows \(valid: 0..4\)"
-GATHER = r"gather: index values must lie in \[0, 4\) along axis 1 of the input \(3, 4\), got min 0 and max 4"
+GATHER = r"gather\(\): index 4 is out of bounds for dimension 1 with size 4"  # torch's RuntimeError (issue #21)
+INDEX_SELECT = r"index_select\(\): index out of range in self: ids must lie in \[0, 3\)"
+BCE = r"binary_cross_entropy: all elements of target should be between 0 and 1"
+OPS = ["cross_entropy", "token_logprob", "embedding", "gather", "index_select", "binary_cross_entropy"]
 
 
 def _bad_ops(device):
-    """name -> (a call that runs an op with an out-of-range id, the error it must raise)."""
+    """name -> (a call that runs an op with an out-of-range id or value, the message and type it must raise)."""
     logits = gpugrad.zeros(4, 3, device=device, requires_grad=True)
     emb = nn.Embedding(5, 2).to(device)
+    probs = gpugrad.full((3,), 0.5, device=device, requires_grad=True)
     return {
-        "cross_entropy": (lambda: F.cross_entropy(logits, gpugrad.tensor([0, -1, 2, 5], device=device)), XENT),
+        "cross_entropy": (lambda: F.cross_entropy(logits, gpugrad.tensor([0, -1, 2, 5], device=device)), XENT,
+                          IndexError),
         "token_logprob": (lambda: F.token_logprob(logits, gpugrad.tensor([0, -1, 2, 5], device=device)),
-                          XENT.replace("cross_entropy", "token_logprob")),
-        "embedding": (lambda: emb(gpugrad.tensor([[0, 5]], device=device)), EMB),
+                          XENT.replace("cross_entropy", "token_logprob"), IndexError),
+        "embedding": (lambda: emb(gpugrad.tensor([[0, 5]], device=device)), EMB, IndexError),
         "gather": (lambda: gpugrad.zeros(3, 4, device=device).gather(1, gpugrad.tensor([[0, 4]] * 3, device=device)),
-                   GATHER),
+                   GATHER, RuntimeError),
+        "index_select": (lambda: gpugrad.zeros(3, 4, device=device).index_select(0, gpugrad.tensor([0, -1],
+                                                                                                    device=device)),
+                         INDEX_SELECT, IndexError),
+        "binary_cross_entropy": (lambda: F.binary_cross_entropy(probs, gpugrad.tensor([0.0, 2.0, float("nan")],
+                                                                                      device=device)),
+                                 BCE, RuntimeError),
     }
 
 
 # ---- CPU: checked at the call ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("op", ["cross_entropy", "token_logprob", "embedding", "gather"])
+@pytest.mark.parametrize("op", OPS)
 def test_cpu_raises_at_the_call(op):
-    call, message = _bad_ops("cpu")[op]
-    with pytest.raises(IndexError, match=message):
+    call, message, error = _bad_ops("cpu")[op]
+    with pytest.raises(error, match=message):
         call()
     deferred.raise_pending(CPU)  # nothing is ever pending on the CPU
 
@@ -105,25 +116,25 @@ READS = {
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("read", list(READS))
-@pytest.mark.parametrize("op", ["cross_entropy", "token_logprob", "embedding", "gather"])
+@pytest.mark.parametrize("op", OPS)
 def test_cuda_raises_at_the_next_read(op, read):
-    call, message = _bad_ops("cuda")[op]
+    call, message, error = _bad_ops("cuda")[op]
     out = call()  # queued: no error yet, and no sync (test_bad_ids_cost_no_sync)
-    with pytest.raises(IndexError, match=message):
+    with pytest.raises(error, match=message):
         READS[read](out)
     READS[read](out)  # raised once: the device is clean again
 
 
 @pytest.mark.gpu
 @needs_sim
-@pytest.mark.parametrize("op", ["cross_entropy", "token_logprob", "embedding", "gather"])
+@pytest.mark.parametrize("op", OPS)
 def test_bad_ids_cost_no_sync(op):
-    call, message = _bad_ops("cuda")[op]
+    call, message, error = _bad_ops("cuda")[op]
     with cuda_sim.forbid_syncs("an op with out-of-range ids"):
         out = call()
         if out.requires_grad:
             out.sum().backward()
-    with pytest.raises(IndexError, match=message):
+    with pytest.raises(error, match=message):
         out.tolist()
 
 

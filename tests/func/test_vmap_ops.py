@@ -16,9 +16,9 @@ from tests.op_cases import CASES
 B, B2 = 3, 2
 ROWS = [pytest.param(case, shapes, id=f"{case.name}-{i}") for case in CASES for i, shapes in enumerate(case.shapes)]
 # Rows that take the per-sample fallback (a warning says so): ops without a rule, and frontends that compute on
-# the arrays themselves (max(dim), sort, ... find their indices with NumPy; binary_cross_entropy checks its range).
+# the arrays themselves (max(dim), sort, ... find their indices with NumPy).
 SLOW = {"median", "max_dim", "min_dim_keepdim", "median_dim", "kthvalue", "mode", "sort", "topk",
-        "binary_cross_entropy", "binary_cross_entropy_weight", "embedding",
+        "embedding",
         "linalg_slogdet", "logdet"}  # slogdet's sign leaves the op beside its result, which a rule cannot batch
 
 

@@ -17,6 +17,8 @@ from typing import Callable
 
 import numpy as np
 
+from tests.fuzz.phases import fd_tangent_confirms
+
 CREATE_GRAPH = ("backward_create", "grad_create")
 
 
@@ -75,13 +77,219 @@ def _any(features, *names):
     return any(n in features for n in names)
 
 
+SELECTIONS = ("kthvalue", "topk", "sort", "argsort", "median", "mode", "max_dim", "min_dim")
+POINTWISE_NAMES = ("elu", "leaky_relu", "silu", "softplus", "gelu", "gelu_erf", "frac", "sign", "erf", "elu_",
+                   "leaky_relu_", "silu_", "softplus_", "frac_")
+LOSSES = ("mse_loss", "smooth_l1_loss", "huber_loss", "l1_loss", "kl_div", "binary_cross_entropy",
+          "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss")
+
+
+def _torch_nan_only(m):
+    """torch's array is NaN wherever the two differ, and gpugrad's is not NaN there: torch's extra NaN."""
+    if m.kind not in ("value", "tangent") or not isinstance(m.got, np.ndarray) or m.got.dtype.kind != "f":
+        return False
+    a, b = m.got, m.want
+    with np.errstate(invalid="ignore"):
+        differ = ~(np.isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=True) | (a == b))
+    return bool(differ.any()) and bool(np.isnan(b[differ]).all()) and not np.isnan(a[differ]).any()
+
+
+def _zeros(t):
+    """A torch tensor of zeros (or None)."""
+    return t is None or not bool(t.detach().numpy(force=True).any())
+
+
+def _fd(m, check):
+    """The finite-difference oracle of tests/fuzz/phases.py (``check(program)``): True only where it confirms
+    gpugrad's derivative."""
+    p = getattr(m, "program", None)
+    return p is not None and bool(check(p))
+
+
 KNOWN = [
     # -- deliberate -------------------------------------------------------------------------------------------------
+    Known("complex values of a tensor with a graph",
+          "deliberate (README, differences from torch): gpugrad has no complex autograd, so a cast or promotion into "
+          "a complex dtype of a tensor that requires grad (or carries a tangent) is refused with a clear error, "
+          "where torch differentiates it (Wirtinger calculus)",
+          lambda f, m: _only("gpugrad", m, exc=RuntimeError, text="no complex autograd")),
+    Known("integer inputs of nn activations",
+          "gpugrad computes elu, leaky_relu, silu, softplus, gelu and frac of an integer tensor in the default float "
+          "dtype (as exp and sin, in both libraries); torch's CPU kernels of these are not implemented for integers "
+          "(NotImplementedError)",
+          lambda f, m: _only("torch", m, exc=NotImplementedError, text="not implemented for")),
+    Known("a Python number where torch wants a Tensor",
+          "gpugrad's maximum, minimum and the like take a Python number as the other operand (as its arithmetic "
+          "does); torch's bindings accept only a Tensor there (TypeError)",
+          lambda f, m: _only("torch", m, exc=TypeError, text="must be Tensor, not")),
+    Known("mixed float dtypes in losses",
+          "gpugrad promotes a loss's input and target as arithmetic does; torch's loss kernels do not agree with each "
+          "other (binary_cross_entropy refuses float32 with float64, binary_cross_entropy_with_logits returns the "
+          "target's dtype, huber_loss the input's, mse_loss the promoted one)",
+          lambda f, m: m.where in LOSSES and "float32" in f and (
+              m.kind == "dtype" or _only("torch", m, text="Found dtype") or _only("torch", m, text="expected scalar")
+              or _only("torch", m, text="dtype"))),
+    Known("floor_divide's derivative",
+          "torch's a // b (floor_divide) has no derivative (its backward raises 'the derivative for floor_divide is "
+          "not implemented'); gpugrad's is 0, as torch's div(rounding_mode='floor') (tests/ops/test_torch_oracle.py "
+          "NO_TORCH says the same)",
+          lambda f, m: (_in_backward(m) or m.where.startswith("functional:")) and _any(f, "floor_divide",
+                                                                                       "floor_divide_")
+          and _only("torch", m, text="floor_divide")),
+    Known("a tangent in the written tensor's dtype",
+          "after x.copy_(d) (or x.fmod_(d)) of a float64 dual into a float32 x, torch keeps the float64 tangent; "
+          "gpugrad casts it to x's dtype, as the values are (the tangent of a float32 value is float32)",
+          lambda f, m: m.kind == "dtype" and "the tangent of" in m.detail and "dtype float32, torch float64" in m.detail),
+    # -- torch's quirks -------------------------------------------------------------------------------------------
+    Known("torch's index_select of integers",
+          "torch's index_select raises IndexError ('index out of range in self') for an id out of range, as gpugrad "
+          "does, but its kernel for integer tensors raises RuntimeError ('INDICES element is out of DATA bounds')",
+          lambda f, m: m.where == "index_select" and m.kind == "error-type" and isinstance(m.got, IndexError)
+          and "out of DATA bounds" in str(m.want)),
+    Known("mode with NaN",
+          "torch's mode sorts each line with a comparison that NaN breaks, so which value it reports for a line "
+          "holding NaN is unspecified; gpugrad counts NaNs as one value (as NumPy's unique)",
+          lambda f, m: m.where == "mode" and _any(f, "nan_values", "nonfinite") and m.kind == "value"),
+    Known("torch's scatter backward with a larger src",
+          "torch's scatter/scatter_add backward returns a gradient of the index's shape for a src larger than the "
+          "index, which its engine then refuses ('returned an invalid gradient'); gpugrad's is src's shape, 0 where "
+          "src was not read (tests/op_cases.py scatter row)",
+          lambda f, m: _any(f, "scatter", "scatter_", "scatter_add", "scatter_add_")
+          and (_in_backward(m) or m.where.startswith("functional:"))
+          and _only("torch", m, text="returned an invalid gradient")),
+    Known("torch's backward through a tangent after an in-place write",
+          "some of torch's forward-mode formulas save an intermediate that the program, or torch's own in-place "
+          "formulas (its log_softmax and exp tangents update their results in place), later overwrite, so the "
+          "backward through that tangent raises a version error in torch only (gpugrad's JVPs of in-place ops keep "
+          "private copies: core/forward.py _before_the_write)",
+          lambda f, m: m.where.endswith(":tangent") and _only("torch", m, text="modified by an inplace operation")),
+    Known("torch's binary_cross_entropy JVP at 0 and 1",
+          "torch's forward-mode formula of binary_cross_entropy divides by x (1 - x) without the eps its backward "
+          "clamps it to, so its tangent is NaN where x is exactly 0 or 1; gpugrad's JVP is its VJP (torch's backward "
+          "formula). Only elements NaN in torch may differ",
+          lambda f, m: m.where == "binary_cross_entropy" and m.kind == "tangent" and _torch_nan_only(m)),
+    Known("torch's tangent of an in-place op on its own operand",
+          "x.mul_(x), x.pow_(x): torch's in-place forward formula updates x's tangent before reading it as the "
+          "operand's tangent, so its tangent is off; gpugrad's JVP reads copies of the old values and tangent "
+          "(core/forward.py _before_the_write) and must equal the float64 finite differences (checked)",
+          lambda f, m: "inplace_self_operand" in f and m.kind == "tangent"
+          and _fd(m, lambda p: fd_tangent_confirms(p, m))),
+    Known("einsum's views in torch",
+          "torch's einsum of one operand that only permutes its axes (or takes a diagonal) returns a view of it, "
+          "gpugrad's a copy: in-place writes through either are then seen in torch only (a view of a leaf that "
+          "requires grad refuses them there)",
+          lambda f, m: "alias_differs_einsum" in f and (m.kind == "value" and "after the in-place step" in m.detail
+                                                       or _only("torch", m, text="view of a leaf Variable"))),
+    Known("torch's ZeroTensor gradients",
+          "torch's backward passes some undefined gradients as ZeroTensors, and its own in-place VJP code then "
+          "refuses to write into them ('ZeroTensors are immutable'): an error of torch's engine",
+          lambda f, m: _only("torch", m, text="ZeroTensors are immutable")),
+    Known("torch's clamp JVP where a value or bound is NaN",
+          "clamp with Tensor bounds at a NaN value or bound: torch's JVP passes the input's (or a bound's) tangent "
+          "where its VJP sends no gradient at all; gpugrad's tangent follows its VJP (torch's masks: nothing where "
+          "a comparison with NaN is false), and the value is NaN in both",
+          lambda f, m: m.where in ("clamp", "clamp_") and "clamp_tensor" in f and m.kind == "tangent"
+          and _any(f, "nan_values", "nonfinite")),
+    Known("in-place ops on operands that overlap the written tensor",
+          "x.mul_(x[0:, 1:2]): torch reads an operand while writing the memory it shares with x, so its result "
+          "depends on the order of its loop (gpugrad reads every operand, then writes)",
+          lambda f, m: "inplace_self_operand" in f and m.kind == "value" and "after the in-place step" in m.detail),
+    Known("torch has no forward-mode formula",
+          "torch raises NotImplementedError ('Trying to use forward AD with ...') for ops it has no forward "
+          "formula for (unique, floor_divide_); gpugrad gives their non-differentiable outputs no tangent (or raises "
+          "its own error first)",
+          lambda f, m: _only("torch", m, exc=NotImplementedError, text="Trying to use forward AD with")
+          or m.kind == "error-type" and "Trying to use forward AD with" in str(m.want)),
+    Known("the fuzzer's torch spelling of in-place ops torch lacks",
+          "torch has no gelu_, silu_, softplus_ (...) methods: the fuzzer writes them x.copy_(f(x)), and f saved x, "
+          "so torch's backward raises a version error that gpugrad's true in-place op (which copies what its node "
+          "saved: clone-on-write) does not",
+          lambda f, m: "torch_inplace_by_copy" in f and _only("torch", m, text="modified by an inplace operation")),
+    Known("torch's tangents of in-place results require grad",
+          "torch computes the tangent of an in-place op on a tensor that requires grad from that tensor, so the "
+          "tangent requires grad even where it does not depend on it (its gradient is zero, or reaches leaves as "
+          "zeros, as its materialized zero tangents also do); gpugrad's does not: a backward through it raises "
+          "'does not require grad' in gpugrad only, or a leaf gets None where torch's gets zeros",
+          lambda f, m: m.where.endswith(":tangent") and (
+              "inplace" in f and _only("gpugrad", m, text="does not require grad and does not have a grad_fn")
+              or m.kind == "grad-none" and m.got is None and _zeros(m.want))),
+    Known("kl_div's JVP at a zero target",
+          "torch's forward-mode formula of kl_div (xlogy's: t_t * (log t + 1) + ... / t) is NaN where the target is "
+          "exactly 0; its VJP there, and gpugrad's derivative, are 0 (0 log 0 = 0 is constant). Only elements NaN "
+          "in torch may differ",
+          lambda f, m: m.where == "kl_div" and m.kind == "tangent" and _torch_nan_only(m)),
+    Known("logsumexp's tangent over an empty dim",
+          "the logsumexp of no elements is the constant -inf: gpugrad's tangent is 0, torch's NaN",
+          lambda f, m: m.where == "logsumexp" and "empty" in f and m.kind == "tangent" and _torch_nan_only(m)),
+    Known("indices among equal values",
+          "which of several equal values kthvalue, topk, sort, median, mode and max/min(dim) report is unspecified "
+          "in torch (its CPU kernels use unstable partial sorts); gpugrad picks the first (stable). The values "
+          "themselves are compared strictly; excused only for programs whose selection input held ties",
+          lambda f, m: "input_ties" in f and m.kind == "value" and isinstance(m.got, np.ndarray)
+          and m.got.dtype.kind in "iu" and m.where in SELECTIONS),
+    Known("var_mean's mean of infinities",
+          "torch's var_mean and std_mean compute the mean with Welford's update, so a line holding inf gets a NaN "
+          "mean (inf - inf), where torch.mean and gpugrad give inf. Only elements NaN in torch may differ",
+          lambda f, m: m.where in ("var_mean", "std_mean") and m.kind == "value" and _torch_nan_only(m)),
+    Known("unique's values require grad in torch",
+          "torch's unique of a tensor that requires grad returns values that require grad but have no derivative "
+          "(backward through them raises 'the derivative for _unique2 is not implemented'); gpugrad's unique is not "
+          "differentiable and its values do not require grad",
+          lambda f, m: "unique" in f and (m.kind == "requires-grad" and m.where == "unique"
+                                          or _only("torch", m, text="_unique2")
+                                          or _in_backward(m) and m.kind in ("grad-none", "tangent-none"))),
+    Known("torch's materialized zero tangents",
+          "torch's JVP formulas multiply a zero tangent it makes up for an input without one (mm: ta @ b + a @ tb "
+          "with ta = 0), so inf or NaN values of that input give NaN (0 * inf); gpugrad skips the term. Only "
+          "elements NaN in torch (and not in gpugrad) may differ",
+          lambda f, m: "forward" in f and m.kind == "tangent" and _torch_nan_only(m)
+          and _any(f, "matmul", "bmm", "linear", "mm", "mv", "dot", "einsum", "outer", "ger", "bias_act",
+                   "layer_norm")),
+    Known("the tangent of .grad after backward in a dual level",
+          "torch's AccumulateGrad stores a gradient it holds the only reference to as is, detached (its tangent is "
+          "dropped), and one that is shared as a clone (the tangent kept), so whether a leaf's .grad has a tangent "
+          "after backward() in a dual level depends on reference counts; gpugrad's .grad always carries it (H v, "
+          "tests/autograd/test_reliability_autograd.py checks it against the closed form, and autograd.grad's "
+          "tangents, which torch keeps, are compared strictly)",
+          lambda f, m: "forward" in f and m.kind in ("tangent", "tangent-none") and ".grad" in m.detail
+          and "autograd.grad" not in m.detail),
+    Known("autograd.functional.jvp by forward mode",
+          "deliberate (autograd/functional.py): gpugrad's functional.jvp runs forward mode, torch's is the transpose "
+          "of its VJP (a double backward). Where the VJP is not the derivative (embedding's padding row gets no "
+          "gradient; values computed under no_grad or detached, which forward mode differentiates as torch.func.jvp "
+          "does) torch's J v drops that part, and where an op has no double backward (scatter) torch raises: "
+          "gpugrad's J v must equal the float64 finite differences of the function (checked), or torch's must be "
+          "zero after a no_grad or detach",
+          lambda f, m: m.where == "functional:jvp" and (
+              (m.kind == "value" or _only("torch", m, text="not implemented")
+               or _only("torch", m, text="is a view and is being modified inplace")
+               or _only("torch", m, text="modified by an inplace operation"))
+              and _fd(m, lambda p: getattr(p, "fd_functional", lambda: None)())
+              or m.kind == "value" and _any(f, "no_grad", "detach") and not np.asarray(m.want).any())),
+    Known("torch's vectorized functional",
+          "torch's vectorize=True runs its vmap, which cannot batch some ops and programs (an in-place write into a "
+          "tensor that is not batched, a select on an empty batch) and raises; gpugrad's result must equal torch's "
+          "without vectorize (checked)",
+          lambda f, m: m.where.startswith("functional:") and "functional_vectorize" in f and _only("torch", m)
+          and _fd(m, lambda p: getattr(p, "torch_unvectorized", lambda: None)())),
+    Known("counting ops have no graph",
+          "deliberate (README, differences from torch): bincount with weights that require grad and histogram of an "
+          "input that requires grad give results without a graph; torch's require grad through a node whose backward "
+          "raises 'derivative ... is not implemented'",
+          lambda f, m: _any(f, "bincount", "histogram") and m.kind in ("requires-grad", "is-leaf")),
+    Known("torch's functional over an empty output",
+          "torch's jacobian and hessian of a function with an empty output stack no rows: without vectorize torch "
+          "raises 'stack expects a non-empty TensorList' (as gpugrad does), with vectorize its vmap indexes row 0 of "
+          "nothing (IndexError); gpugrad's vectorized result is the empty Jacobian of shape (0, n)",
+          lambda f, m: m.where.startswith("functional:") and "functional_vectorize" in f and "empty" in f
+          and _only("torch", m, exc=IndexError, text="out of bounds for dimension 0 with size 0")),
     Known("mixed float dtypes in matmul, linear, layer_norm",
           "gpugrad promotes float32 with float64 operands as NumPy does (the result is float64); torch refuses to mix "
-          "them in matmul, linear and layer_norm (and gives float32 for empty operands, where it does not check)",
-          lambda f, m: m.where in ("matmul", "linear", "layer_norm")
-          and (_only("torch", m, text="dtype") or _only("torch", m, text="scalar type") or m.kind == "dtype")),
+          "them in matmul, linear and layer_norm (and gives float32 for empty operands, where it does not check; so "
+          "do mm, bmm, mv, dot and einsum there, which gpugrad then refuses as torch does for non-empty ones)",
+          lambda f, m: m.where in ("matmul", "linear", "layer_norm", "mm", "bmm", "mv", "dot", "outer", "ger", "einsum")
+          and (_only("torch", m, text="dtype") or _only("torch", m, text="scalar type") or m.kind == "dtype"
+               or "empty" in f and _only("gpugrad", m, text="expected both operands to have the same dtype"))),
     Known("mean, var and std of integers",
           "gpugrad follows NumPy (the mean of int64 values is float64); torch refuses integer inputs",
           lambda f, m: m.where in ("mean", "var", "std") and "int_reduce" in f
@@ -114,6 +322,11 @@ KNOWN = [
           "gpugrad computes x.op_(y) out of place and then writes x, so y may overlap x (x.T.mul_(x)); torch "
           "refuses partially overlapping operands",
           lambda f, m: _only("torch", m, text="some elements of the input tensor and the written-to tensor")),
+    Known("einsum's saved operands",
+          "torch's einsum saves operands it rearranged for bmm, copies or views depending on their layout, so an "
+          "in-place change of an operand afterwards is a version error in torch only sometimes; gpugrad's einsum "
+          "node copies what it saved before such a change (Op.private_saved), and its gradient stays right",
+          lambda f, m: "einsum" in f and _only("torch", m, text="modified by an inplace operation")),
     Known("in-place ops on their own operand",
           "x.mul_(x) (or an operand sharing x's memory): gpugrad's in-place op copies what its own node saved from "
           "x before writing (clone-on-write), so the gradient is right; torch saved x itself and raises a version "
@@ -170,7 +383,8 @@ KNOWN = [
           "a NaN (in the forward, or inf - inf in a backward) reaches more gradient elements in torch: its VJPs of "
           "abs, clamp multiply (sgn(x) * gy, mask * gy: NaN * 0 = NaN) where gpugrad's select (0 there). "
           "Only elements NaN in torch may differ; a NaN only in gpugrad is still a mismatch",
-          lambda f, m: _in_backward(m) and _any(f, "abs", "clamp", "where") and _nan_spread(m)),
+          lambda f, m: (_in_backward(m) or m.where.startswith("functional:")) and _any(f, "abs", "clamp", "where")
+          and _nan_spread(m)),
     Known("reshape: a view or a copy",
           "reshape may return a view or a copy (torch's documentation: do not rely on either), and the layouts "
           "may differ: in-place changes are then seen through the result in one library only",
@@ -207,13 +421,6 @@ KNOWN = [
           "second derivatives there are checked against finite differences (op_cases.py: layer_norm_bias_only)",
           lambda f, m: "layer_norm" in f and _any(f, *CREATE_GRAPH) and _only(
               "torch", m, text="Expected a proper Tensor but got None")),
-    Known("0-d softmax family under create_graph",
-          "NEW (reported to the owner of ops/softmax.py): softmax, log_softmax and logsumexp of a 0-d tensor return "
-          "a constant create_graph gradient (gy * 0.0, gy * 1.0); torch's depends on the output or input, so it "
-          "requires grad (a second backward through it raises only in gpugrad) and logsumexp's is NaN for NaN x",
-          lambda f, m: "0d" in f and _any(f, "softmax", "log_softmax", "logsumexp") and _any(f, *CREATE_GRAPH)
-          and _in_backward(m) and (m.kind == "requires-grad" or m.kind == "value" and _nan(m) or _only(
-              "gpugrad", m, text="does not require grad and does not have a grad_fn")), temporary=True),
 ]
 
 

@@ -118,13 +118,15 @@ def leaky_relu_bwd(xp, x, g, negative_slope):
 
 
 def elu_fwd(xp, x, alpha):
+    # e^min(x, 0): the branch a where drops never overflows (on Tensors under create_graph or forward mode, where
+    # these run as ops and _quiet cannot silence NumPy)
     with _quiet(xp):
-        return xp.where(x > 0, x, xp.expm1(x) * alpha)
+        return xp.where(x > 0, x, xp.expm1(xp.minimum(x, 0)) * alpha)
 
 
 def elu_bwd(xp, x, g, alpha):
     with _quiet(xp):
-        return xp.where(x > 0, g, g * alpha * xp.exp(x))
+        return xp.where(x > 0, g, g * alpha * xp.exp(xp.minimum(x, 0)))
 
 
 def sin_fwd(xp, x):

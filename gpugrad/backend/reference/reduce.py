@@ -50,7 +50,8 @@ def softmax_fwd(xp, x):
 
 
 def softmax_bwd(xp, y, gy):
-    return y * (gy - (gy * y).sum(axis=-1, keepdims=True))
+    with _quiet(xp):  # an inf upstream gradient (inf soft targets): inf - inf is NaN, as torch, quietly
+        return y * (gy - (gy * y).sum(axis=-1, keepdims=True))
 
 
 def log_softmax_fwd(xp, x):
@@ -60,7 +61,8 @@ def log_softmax_fwd(xp, x):
 
 
 def log_softmax_bwd(xp, y, gy):
-    return gy - xp.exp(y) * gy.sum(axis=-1, keepdims=True)
+    with _quiet(xp):  # an inf upstream gradient (inf soft targets): inf - inf is NaN, as torch, quietly
+        return gy - xp.exp(y) * gy.sum(axis=-1, keepdims=True)
 
 
 def sum_rows(xp, g):
