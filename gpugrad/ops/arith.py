@@ -29,11 +29,7 @@ class Add(Op):
     @staticmethod
     def add(input, other, *, alpha=1):
         """input + alpha * other."""
-        other = as_operand(other, input)
-        if alpha == 1:
-            return Add.apply(input, other)
-        _check_alpha(input, other, alpha)
-        return Add.apply(input, other, alpha=alpha)
+        return _with_alpha(Add, input, as_operand(other, input), alpha)
 
 
 @register("sub", inplace=True)
@@ -62,11 +58,14 @@ class Sub(Op):
     @staticmethod
     def sub(input, other, *, alpha=1):
         """input - alpha * other."""
-        other = as_operand(other, input)
-        if alpha == 1:
-            return Sub.apply(input, other)
-        _check_alpha(input, other, alpha)
-        return Sub.apply(input, other, alpha=alpha)
+        return _with_alpha(Sub, input, as_operand(other, input), alpha)
+
+
+def _with_alpha(cls, input, other, alpha):
+    if alpha == 1:
+        return cls.apply(input, other)
+    _check_alpha(input, other, alpha)
+    return cls.apply(input, other, alpha=alpha)
 
 
 def _check_alpha(input, other, alpha):
