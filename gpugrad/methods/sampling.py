@@ -137,6 +137,7 @@ def bernoulli_(input, p=0.5, *, generator=None):
             if not 0 <= p <= 1:
                 raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
             probs = p
-        y = make(be.as_array(_draw_below(be, generator, input.shape, probs)), be)
+        # the draws as input's dtype (copy_ would refuse bool values for a tensor in a graph)
+        y = make(be.as_array(_draw_below(be, generator, input.shape, probs)).astype(input._data.dtype), be)
     return input.copy_(y)
 

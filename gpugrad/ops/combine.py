@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numbers
 
+from gpugrad.backend import reference as R
 from gpugrad.core.names import type_name
 from gpugrad.core.op import Op
 from gpugrad.core.registry import composite, register
@@ -158,6 +159,12 @@ class Atan2(Op):
         at_origin = r2 == 0
         scale = xp.where(at_origin, 0, gy / xp.where(at_origin, 1, r2))
         return (scale * b if self.needs_input_grad[0] else None), (-scale * a if self.needs_input_grad[1] else None)
+
+    def jvp(self, xp, ins, out, ts):  # torch's (other t_input - input t_other) / r²: NaN at the origin, unlike the VJP
+        (a, b), (ta, tb) = ins, ts
+        num = b * ta if tb is None else -a * tb if ta is None else b * ta - a * tb
+        with R._quiet(xp):
+            return num / (a * a + b * b)
 
     @staticmethod
     def atan2(input, other):

@@ -277,6 +277,12 @@ KNOWN = [
           "input that requires grad give results without a graph; torch's require grad through a node whose backward "
           "raises 'derivative ... is not implemented'",
           lambda f, m: _any(f, "bincount", "histogram") and m.kind in ("requires-grad", "is-leaf")),
+    Known("random draws of a dual tensor have no tangent",
+          "deliberate (README, differences from torch): bernoulli's and multinomial's draws from a tensor with a "
+          "tangent have none (None), where torch gives them a tangent of zeros; both say the draws do not change "
+          "with the input",
+          lambda f, m: m.where in ("bernoulli", "bernoulli_", "multinomial") and m.kind == "tangent-none"
+          and "zero_tangent_only_torch" in f),
     Known("torch's functional over an empty output",
           "torch's jacobian and hessian of a function with an empty output stack no rows: without vectorize torch "
           "raises 'stack expects a non-empty TensorList' (as gpugrad does), with vectorize its vmap indexes row 0 of "

@@ -1105,11 +1105,16 @@ def bincount(p, name):
     return True
 
 
-@spec("bernoulli")
+@spec("bernoulli", "bernoulli_")
 def bernoulli(p, name):
     """Probabilities of 0 and 1 only: the draws are certain, so the two libraries' generators agree on them."""
-    x = p.leaf(p.shape(), np.float64, requires_grad=False, values="binary")
-    p.step(name, call(x, name), lambda lib, a: a.bernoulli(), x)
+    if name == "bernoulli":
+        x = p.leaf(p.shape(), np.float64, requires_grad=False, values="binary")
+        p.step(name, call(x, name), lambda lib, a: a.bernoulli(), x)
+        return True
+    x = flt(p)  # written in place with draws of probabilities q
+    q = p.leaf(x.shape, np.float64, requires_grad=False, values="binary")
+    p.step(name, call(x, name, q), lambda lib, a, b: a.bernoulli_(b), x, q, out=False, strict=True)
     return True
 
 
