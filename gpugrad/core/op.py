@@ -155,10 +155,10 @@ class Op(Node):
             record = False
             fn.needs_input_grad = _NO_GRAD[len(args)] if len(args) < 8 else (False,) * len(args)
         fn._be = be
-        if be.on_host:
-            out = fn._forwards["cpu"](fn, be.xp, *datas)
-        else:
-            out = fn._run_forward(be, datas)
+        try:
+            out = fn._forwards["cpu"](fn, be.xp, *datas) if be.on_host else fn._run_forward(be, datas)
+        except ValueError as e:
+            raise _as_broadcast_error(fn, datas, e) from None
         if not isinstance(out, be.array_type) or fn.changes_device:
             return fn._finish(args, datas, out, record, params)
         result = make(out, be)
@@ -255,7 +255,10 @@ class Op(Node):
         if forward_mode:  # forward mode: save what the VJP reads of these too
             fn.needs_input_grad = [n or forward.tangent_of(a) is not None for n, a in zip(fn.needs_input_grad, args)]
         fn._be = be
-        out = fn._run_forward(be, datas)
+        try:
+            out = fn._run_forward(be, datas)
+        except ValueError as e:
+            raise _as_broadcast_error(fn, datas, e) from None
         result = fn._finish(args, datas, out, record, params)
         if forward_mode:
             forward.propagate(fn, args, datas, result, params)
@@ -428,6 +431,24 @@ class Op(Node):
                 g = self._vjps(t, not isinstance(t, self._be.array_type))[i]
                 total = g if total is None else total + g
         return total
+
+
+def _as_broadcast_error(fn, datas, e):
+    """NumPy's broadcast failure as torch's RuntimeError (its sentence first, then the op and the shapes); any other
+    ValueError as it is."""
+    if not str(e).startswith("operands could not be broadcast together"):
+        return e
+    shapes = [tuple(d.shape) for d in datas if hasattr(d, "shape")]
+    a = shapes[0]
+    for b in shapes[1:]:
+        for k in range(1, max(len(a), len(b)) + 1):  # from the last dim, as torch's infer_size
+            m, n = (a[-k] if k <= len(a) else 1), (b[-k] if k <= len(b) else 1)
+            if m != n and m != 1 and n != 1:
+                op = getattr(fn, "op_name", None) or fn.name()
+                return RuntimeError(f"The size of tensor a ({m}) must match the size of tensor b ({n}) at "
+                                    f"non-singleton dimension {max(len(a), len(b)) - k}: {op} of shapes {shapes}; "
+                                    "make them broadcastable (reshape, unsqueeze or expand one)")
+    return e
 
 
 class Transposed(Op):

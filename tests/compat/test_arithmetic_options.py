@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.compat.harness import check, compat
+from tests.compat.harness import check, check_raises_as_torch, compat
 
 
 def _leaves(torch, *shapes):
@@ -157,3 +157,13 @@ def test_atan2_of_integers_arctan2_and_in_place(torch):
 @compat
 def test_atan2_refuses_a_number(torch):
     return torch.atan2(torch.ones(2), 2.0)
+
+
+@pytest.mark.parametrize("shapes", [((2, 3), (4,)), ((5, 1, 4), (2, 3)), ((3,), (2, 2)), ((2, 3), (1, 3), (4, 1, 2))],
+                         ids=["trailing", "middle", "vector", "three"])
+def test_operands_that_do_not_broadcast_raise_torchs_runtime_error(shapes):
+    def snippet(torch):
+        xs = [torch.ones(s, requires_grad=True) for s in shapes]
+        y = xs[0] * xs[1]
+        return y + xs[2] if len(xs) > 2 else y
+    check_raises_as_torch(snippet)
