@@ -216,7 +216,8 @@ class SmoothL1Loss(_PointwiseLoss):
     def _parts(self, xp, x, t):
         d = x - t
         small = xp.abs(d) < self.beta
-        dx = xp.where(small, d / self.beta, xp.sign(d))
+        # NaN where d is NaN, as torch's (sign on Tensors is torch's sgn, 0 for NaN)
+        dx = xp.where(small, d / self.beta, xp.where(d == d, xp.sign(d), d))
         return xp.where(small, d * d * (0.5 / self.beta), xp.abs(d) - 0.5 * self.beta), dx, -dx
 
 
@@ -228,7 +229,7 @@ class HuberLoss(_PointwiseLoss):
     def _parts(self, xp, x, t):
         d = x - t
         small = xp.abs(d) < self.delta
-        dx = xp.where(small, d, xp.sign(d) * self.delta)
+        dx = xp.where(small, d, xp.where(d == d, xp.sign(d) * self.delta, d))  # NaN stays NaN, as torch's
         return xp.where(small, d * d * 0.5, (xp.abs(d) - 0.5 * self.delta) * self.delta), dx, -dx
 
 
