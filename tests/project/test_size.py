@@ -65,7 +65,9 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # level (engine.py), outputs of multi-view ops refusing in-place writes, range checks and torch's errors in
 # gather/scatter/index ops, cat/stack, einsum and integer division, repeat/tile in new storage, diagonal as a view,
 # quiet losses.
-BUDGETS = {"library": 15150, "tooling": 2950, "testing": 2115}
+# library 15150 -> 15170 (issues 20 and 21, +18): torch's RuntimeError for operands that do not broadcast (Op.apply),
+# atan2's JVP as torch's, bernoulli_ in the tensor's dtype, smooth_l1 and huber derivatives that keep NaN.
+BUDGETS = {"library": 15170, "tooling": 2950, "testing": 2115}
 
 
 def code_lines(path: Path) -> int:
