@@ -47,7 +47,7 @@ def bincount(input, weights=None, minlength=0):
         if lo < 0:
             raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
         n = max(int(hi) + 1, int(minlength))
-        if weights is None:
+        if weights is None or not ids.size:  # torch: an empty input counts in int64, weights or not
             out = xp.bincount(ids, minlength=n) if ids.size else xp.zeros(n, dtype=np.int64)
             return make(be.as_array(out.astype(np.int64, copy=False)), be)
         w = weights.to(device=input.device).detach()._data
