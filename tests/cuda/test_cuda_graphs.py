@@ -187,3 +187,27 @@ def test_gpugrad_train_cuda_graph_refuses_the_cpu(capsys):
 
     assert main(["train", "--device", "cpu", "--cuda-graph", "--epochs", "1", "--quiet"]) != 0
     assert "--cuda-graph needs a CUDA device" in capsys.readouterr().err
+
+
+def test_the_benchs_graphed_step_replays_as_eager_after_its_builder_returned():
+    # The bench's graphed step (gpugrad/bench/workloads/mlp.py) holds the model its graph writes into: freed, that
+    # memory went to other tensors and replays read garbage (losses of 1e24, then NaN), while the first replay could
+    # still look right
+    from gpugrad.backend import get_backend
+    from gpugrad.bench.workloads.mlp import _gpugrad_mlp_step, _graphed_mlp_step
+
+    rng = np.random.default_rng(0)
+    sizes = [20, 32, 32, 10]
+    host = []
+    for i, o in zip(sizes[:-1], sizes[1:]):
+        host += [rng.standard_normal((o, i)).astype(np.float32) * 0.1, np.zeros(o, np.float32)]
+    x, t = rng.standard_normal((16, 20)).astype(np.float32), rng.integers(0, 10, 16)
+    be = get_backend("cuda")
+    eager, _ = _gpugrad_mlp_step(be, host, sizes, x, t, 0.01)
+    want = [eager().item() for _ in range(3)]
+    replay = _graphed_mlp_step(be, host, sizes, x, t, 0.01)
+    gc.collect()
+    clutter = [gpugrad.randn(64, 64, device="cuda") for _ in range(8)]  # memory a freed model would hand out
+    got = [replay().item() for _ in range(3)]
+    del clutter
+    np.testing.assert_allclose(got, want, rtol=1e-5)

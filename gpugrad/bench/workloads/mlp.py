@@ -143,6 +143,10 @@ def _graphed_mlp_step(backend, host, sizes, x, t, lr):
         g.replay()
         return loss
 
+    # NOTE: the graph reads and writes the model's parameters, gradients and the batch, made before the capture
+    # outside the graph's pool: they must outlive it (freed, their memory would go to other tensors while replays
+    # still write there), so the replay holds them
+    replay.keeps = (step, params)
     return replay
 
 
