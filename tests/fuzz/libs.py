@@ -29,29 +29,72 @@ def np_dtype(t):
     return torch.empty((), dtype=t.dtype).numpy().dtype
 
 
-class G:
+class _Spelled:
+    """What both libraries spell alike, through the library's module ``m`` and its ``nn.functional`` ``F``."""
+
+    @classmethod
+    def leaf(cls, a, requires_grad):
+        return cls.m.tensor(a, requires_grad=requires_grad)
+
+    @classmethod
+    def const(cls, a):
+        return cls.m.tensor(a)
+
+    @classmethod
+    def cat(cls, xs, axis):
+        return cls.m.cat(xs, axis)
+
+    @classmethod
+    def stack(cls, xs, axis):
+        return cls.m.stack(xs, axis)
+
+    @classmethod
+    def where(cls, c, a, b):
+        return cls.m.where(c, a, b)
+
+    @classmethod
+    def no_grad(cls):
+        return cls.m.no_grad()
+
+    @classmethod
+    def grad(cls, *args, **kw):
+        return cls.m.autograd.grad(*args, **kw)
+
+    @classmethod
+    def cross_entropy(cls, x, t, reduction):
+        return cls.F.cross_entropy(x, t, reduction=reduction)
+
+    @classmethod
+    def mse_loss(cls, a, b, reduction):
+        return cls.F.mse_loss(a, b, reduction=reduction)
+
+    @classmethod
+    def layer_norm(cls, x, w, b):
+        return cls.F.layer_norm(x, x.shape[-1:], w, b, eps=1e-5)
+
+    @classmethod
+    def embedding(cls, ids, w):
+        return cls.F.embedding(ids, w)
+
+    @classmethod
+    def linear(cls, x, w, b):
+        return cls.F.linear(x, w, b)
+
+    @staticmethod
+    def var(x, axis, keepdims, c):
+        return x.var(axis, keepdim=keepdims, correction=c)
+
+    @staticmethod
+    def std(x, axis, keepdims, c):
+        return x.std(axis, keepdim=keepdims, correction=c)
+
+
+class G(_Spelled):
     """gpugrad."""
     name = "gpugrad"
     m, F, fw, AF = gpugrad, gF, gfw, gaf
     Tensor = gpugrad.Tensor
 
-    @staticmethod
-    def leaf(a, requires_grad):
-        return gpugrad.tensor(a, requires_grad=requires_grad)
-
-    const = staticmethod(gpugrad.tensor)
-    cat = staticmethod(lambda xs, axis: gpugrad.cat(xs, axis))
-    stack = staticmethod(lambda xs, axis: gpugrad.stack(xs, axis))
-    where = staticmethod(lambda c, a, b: gpugrad.where(c, a, b))
-    var = staticmethod(lambda x, axis, keepdims, c: x.var(axis, keepdim=keepdims, correction=c))
-    std = staticmethod(lambda x, axis, keepdims, c: x.std(axis, keepdim=keepdims, correction=c))
-    cross_entropy = staticmethod(lambda x, t, reduction: gF.cross_entropy(x, t, reduction=reduction))
-    mse_loss = staticmethod(lambda a, b, reduction: gF.mse_loss(a, b, reduction=reduction))
-    layer_norm = staticmethod(lambda x, w, b: gF.layer_norm(x, x.shape[-1:], w, b, eps=1e-5))
-    embedding = staticmethod(lambda ids, w: gF.embedding(ids, w))
-    linear = staticmethod(lambda x, w, b: gF.linear(x, w, b))
-    no_grad = staticmethod(gpugrad.no_grad)
-    grad = staticmethod(gpugrad.autograd.grad)
     gelu = staticmethod(lambda x, approximate="tanh": x.gelu(approximate=approximate))
     token_logprob = staticmethod(lambda x, t: gF.token_logprob(x, t))
     bias_act = staticmethod(lambda x, b, act: gF.bias_act(x, b, act))
@@ -89,29 +132,12 @@ def _torch_pointwise(name):
     return lambda x, *p: getattr(tF, name)(x, *p)
 
 
-class T:
+class T(_Spelled):
     """torch: the same steps."""
     name = "torch"
     m, F, fw, AF = torch, tF, tfw, taf
     Tensor = torch.Tensor if torch else None
 
-    @staticmethod
-    def leaf(a, requires_grad):
-        return torch.tensor(a, requires_grad=requires_grad)
-
-    const = staticmethod(lambda a: torch.tensor(a))
-    cat = staticmethod(lambda xs, axis: torch.cat(xs, axis))
-    stack = staticmethod(lambda xs, axis: torch.stack(xs, axis))
-    where = staticmethod(lambda c, a, b: torch.where(c, a, b))
-    var = staticmethod(lambda x, axis, keepdims, c: x.var(axis, keepdim=keepdims, correction=c))
-    std = staticmethod(lambda x, axis, keepdims, c: x.std(axis, keepdim=keepdims, correction=c))
-    cross_entropy = staticmethod(lambda x, t, reduction: tF.cross_entropy(x, t, reduction=reduction))
-    mse_loss = staticmethod(lambda a, b, reduction: tF.mse_loss(a, b, reduction=reduction))
-    layer_norm = staticmethod(lambda x, w, b: tF.layer_norm(x, x.shape[-1:], w, b, eps=1e-5))
-    embedding = staticmethod(lambda ids, w: tF.embedding(ids, w))
-    linear = staticmethod(lambda x, w, b: tF.linear(x, w, b))
-    no_grad = staticmethod(torch.no_grad) if torch else None
-    grad = staticmethod(torch.autograd.grad) if torch else None
     gelu = staticmethod(lambda x, approximate="tanh": tF.gelu(x, approximate=approximate))
     token_logprob = staticmethod(lambda x, t: torch.log_softmax(x, -1).gather(1, t[:, None])[:, 0])
     to_device = staticmethod(lambda x: x.to("cpu", copy=True))
