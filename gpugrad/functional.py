@@ -45,7 +45,7 @@ def hstack(tensors):
 
 @composite("vstack", method=False)
 def vstack(tensors):
-    return Cat.cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors], 0)
+    return Cat.cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors_of(tensors, "vstack")], 0)
 
 
 @composite("where", method=False)

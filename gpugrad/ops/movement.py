@@ -270,7 +270,7 @@ def tensors_of(xs, op):
     xs = list(xs)
     if not xs:  # torch's errors: cat's a ValueError, the stacks' a RuntimeError
         if op == "cat":
-            raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+            raise ValueError("gpugrad.cat(): expected a non-empty list of Tensors")
         raise RuntimeError(f"{op} expects a non-empty TensorList")
     device = xs[0].device if isinstance(xs[0], TensorBase) else None
     return [x if isinstance(x, TensorBase) else new(x, device=device) for x in xs]

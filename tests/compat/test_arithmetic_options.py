@@ -167,3 +167,18 @@ def test_operands_that_do_not_broadcast_raise_torchs_runtime_error(shapes):
         y = xs[0] * xs[1]
         return y + xs[2] if len(xs) > 2 else y
     check_raises_as_torch(snippet)
+
+
+@pytest.mark.parametrize("join", ["stack", "cat", "hstack", "vstack"])
+def test_joining_nothing_raises_as_torch(join):
+    check_raises_as_torch(lambda torch: getattr(torch, join)([]))
+
+
+@compat
+def test_the_tangent_of_atan2_at_the_origin(torch):
+    fw = torch.autograd.forward_ad
+    a = torch.tensor([0.0, 1.0, -2.0], dtype=torch.float64, requires_grad=True)
+    b = torch.tensor([0.0, 0.5, 3.0], dtype=torch.float64)
+    with fw.dual_level():  # (b t_a - a t_b) / r²: NaN at the origin, where the VJP gives 0
+        y = fw.make_dual(a, torch.ones(3, dtype=torch.float64)).atan2(fw.make_dual(b, torch.ones(3, dtype=torch.float64)))
+        return fw.unpack_dual(y).tangent.detach()

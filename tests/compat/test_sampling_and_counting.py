@@ -149,7 +149,8 @@ def test_bincount_weights_and_their_dtypes(torch):
     return (torch.bincount(x, weights=torch.tensor([0.5, 1.0, 2.0, 3.0])),
             torch.bincount(x, torch.tensor([0.5, 1.0, 2.0, 3.0], dtype=torch.float64)),
             torch.bincount(x, torch.tensor([1, 2, 3, 4]), minlength=6),
-            torch.bincount(x.int()), torch.bincount(x.to(torch.uint8)))
+            torch.bincount(x.int()), torch.bincount(x.to(torch.uint8)),
+            torch.bincount(x[:0], x[:0].double(), minlength=3))  # nothing to count: int64 zeros, weights or not
 
 
 @pytest.mark.parametrize("call", [
