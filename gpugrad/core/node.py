@@ -86,6 +86,28 @@ class Hooks:
         self._by_id.clear()
 
 
+_NO_EDGE = object()  # an edge slot not in use (None is an edge: to an input that needs no gradient)
+
+
+class InlineEdges:
+    """``Node._parents``: the node each input's gradient flows into (None: the input needs none), in input order.
+
+    A node with one or two edges keeps them in its own attributes ``_p0`` and ``_p1`` (``Op._connect``) and this
+    makes the tuple when the engine asks; any other node stores ``_parents`` itself, which wins over this (a non-data
+    descriptor). NOTE: a stored tuple of nodes is one more object per node for the cyclic GC to track and traverse,
+    for as long as the graph lives: on a 100,000-op chain the GC's full passes cost as much as the ops themselves.
+    """
+
+    def __get__(self, node, owner=None):
+        if node is None:
+            return self
+        p1 = node._p1
+        if p1 is _NO_EDGE:
+            p0 = node._p0
+            return () if p0 is _NO_EDGE else (p0,)
+        return (node._p0, p1)
+
+
 class Node:
     """A recorded op as seen by the engine: ``next_functions`` lead towards the inputs.
 
@@ -93,7 +115,8 @@ class Node:
     ``_be`` is the node's backend and ``_in_meta`` the (shape, dtype) of each input, which its gradient is fitted to.
     """
 
-    _parents = ()  # the node each input's gradient flows into (None: the input needs none), in input order
+    _parents = InlineEdges()
+    _p0 = _p1 = _NO_EDGE
     fresh_grads = True  # the VJP returns new arrays (or gy / views of it), never arrays someone else keeps
     routes_output = False  # an OutputSlot: its gradient goes to one output of a node with several
     _pre_hooks = None  # hooks of the tensor this node produced (register_hook on a non-leaf)

@@ -197,7 +197,13 @@ class Op(Node):
                 parents.append(None)
         if not self.number_edges:
             self._edge_slots = [i for i, a in enumerate(args) if isinstance(a, TensorBase)]
-        self._parents = tuple(parents)
+        n = len(parents)
+        if n == 1:
+            self._p0 = parents[0]
+        elif n == 2:
+            self._p0, self._p1 = parents
+        else:
+            self._parents = tuple(parents)
         self._in_meta = tuple(meta)
         result._requires_grad = True
         result._grad_fn = self
