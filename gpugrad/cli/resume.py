@@ -114,6 +114,8 @@ def check_resumable(saved, path):
         except (TypeError, ValueError, KeyError, IndexError, OverflowError) as e:
             raise CheckpointError(f"{path}: rng/numpy is not a state of NumPy's {kind.__name__} "
                                   f"({type(e).__name__}: {e})") from None
+    if saved.get("scaler") is not None:
+        check_scaler(saved["scaler"], path)
     for name, value in saved["model"].items():
         value = _host(value)
         if not _finite_array(value, "f"):
@@ -121,6 +123,27 @@ def check_resumable(saved, path):
                 f"{value.dtype} values, not floating point ones" if value.dtype.kind != "f" else \
                 "NaN or infinite values"
             raise CheckpointError(f"{path}: model/{name} holds {what}; this checkpoint cannot be resumed")
+
+
+# what a resumed GradScaler state (--amp fp16; torch's keys) may hold: a zero, negative or infinite scale would zero
+# or overflow every gradient of the resumed run
+SCALER_RULES = {
+    "scale": (lambda v: _is_number(v) and 0 < v < math.inf, "a finite number > 0"),
+    "growth_factor": (lambda v: _is_number(v) and 1 < v < math.inf, "a finite number > 1"),
+    "backoff_factor": (lambda v: _is_number(v) and 0 < v < 1, "a number in (0, 1)"),
+    "growth_interval": (lambda v: _is_count(v) and v > 0, "an integer > 0"),
+    "_growth_tracker": (_is_count, "an integer >= 0"),
+}
+
+
+def check_scaler(state, path):
+    """Raise CheckpointError unless ``state`` is a GradScaler state_dict that GradScaler would accept and train with."""
+    if not isinstance(state, dict) or set(state) != set(SCALER_RULES):
+        raise CheckpointError(f"{path}: scaler is {_short(state)}; it must be a GradScaler state_dict with the keys "
+                              f"{', '.join(SCALER_RULES)}")
+    for key, (test, what) in SCALER_RULES.items():
+        if not test(state[key]):
+            raise CheckpointError(f"{path}: scaler/{key} is {_short(state[key])}; it must be {what}")
 
 
 def check_config(config, where):

@@ -215,6 +215,10 @@ class TrainingRun:
     # -- training ------------------------------------------------------------------------------------------------
     def train(self) -> int:
         self.mp = MixedPrecision.from_args(self.args, self.device)
+        if self.saved and self.mp.scaler is not None and self.saved.get("scaler"):
+            # the scale a float16 run had found, and how far it was towards growing it: a fresh scaler would start
+            # again at 2^16 and skip steps until it backed off to where the run already was
+            self.mp.scaler.load_state_dict(self.saved["scaler"])
         self._say(f"precision: {self.mp.describe()}" + (", TF32 matmuls" if getattr(self.args, "tf32", False) else ""))
         graphed = GraphedStep(self.model, self.optimizer, self.mp) if self.args.cuda_graph else None
         # NOTE: NumPy's overflow warnings would only come before the divergence check's own one-line message
@@ -266,9 +270,14 @@ class TrainingRun:
         rng = self.progress.rng or generator(CPU).bit_generator.state
         checkpoint.save(self.ckpt_path, {
             "config": self.config, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "progress": self.progress.state(), "rng": {"numpy": rng},
+            "progress": self.progress.state(), "rng": {"numpy": rng}, "scaler": self._scaler_state(),
             "device": str(self.device), "gpugrad_version": gpugrad.__version__}, "--checkpoint")
         self.saved_at = (self.progress.epoch, self.progress.batch)
+
+    def _scaler_state(self):
+        """--amp fp16's GradScaler state (torch's keys), or None: read when a float16 run is resumed."""
+        mp = getattr(self, "mp", None)
+        return mp.scaler.state_dict() if mp is not None and mp.scaler is not None else None
 
     def release(self):
         if self.lock is not None:

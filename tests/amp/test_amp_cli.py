@@ -12,7 +12,7 @@ import gpugrad
 from gpugrad.backend import get_backend
 from gpugrad.bench import report, suites
 from gpugrad.bench.workloads.mlp import mlp_steps
-from gpugrad.cli import main
+from gpugrad.cli import checkpoint, main
 
 FAST = ["train", "--hidden", "32", "--seed", "3", "--epochs", "2", "--quiet"]
 
@@ -62,3 +62,39 @@ def test_train_amp_fp16_with_a_cuda_graph_equals_eager(tmp_path):
     eager = _losses(tmp_path, "--device", "cuda", "--amp", "fp16", name="e.json")
     graphed = _losses(tmp_path, "--device", "cuda", "--amp", "fp16", "--cuda-graph", name="g.json")
     np.testing.assert_allclose(graphed, eager, rtol=1e-6)
+
+
+def test_a_resumed_fp16_run_continues_with_the_saved_grad_scaler(tmp_path, capsys):
+    """The checkpoint holds the GradScaler's state (torch's keys), and a resumed --amp fp16 run goes on from it: its
+    losses and final scaler state equal a straight run's (a fresh scaler would restart at 2^16 and its growth count at
+    0, and skip steps the straight run takes)."""
+    args = [*FAST[:-3], "--device", "cpu", "--amp", "fp16", "--quiet"]
+    straight_ckpt, ckpt = tmp_path / "straight.ckpt", tmp_path / "run.ckpt"
+    assert main([*args, "--epochs", "2", "--checkpoint", str(straight_ckpt), "--metrics-json",
+                 str(tmp_path / "s.json")]) == 0
+    assert main([*args, "--epochs", "1", "--checkpoint", str(ckpt)]) == 0
+    first = checkpoint.load(ckpt, device="cpu")["scaler"]
+    assert set(first) == {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
+    assert first["_growth_tracker"] > 0  # steps were taken since the last skip: what a fresh scaler would lose
+    assert main(["train", "--resume", str(ckpt), "--epochs", "2", "--metrics-json", str(tmp_path / "r.json"),
+                 "--amp", "fp16", "--quiet"]) == 0
+    def epochs(name):
+        return [(e["train_loss"], e["test_loss"]) for e in json.loads((tmp_path / name).read_text())["epochs"]]
+
+    assert epochs("r.json") == epochs("s.json")
+    assert checkpoint.load(ckpt, device="cpu")["scaler"] == checkpoint.load(straight_ckpt, device="cpu")["scaler"]
+
+
+@pytest.mark.parametrize("key, value, what", [("scale", 0.0, "a finite number > 0"),
+                                              ("scale", float("inf"), "a finite number > 0"),
+                                              ("backoff_factor", 1.5, "a number in (0, 1)"),
+                                              ("_growth_tracker", -1, "an integer >= 0")])
+def test_resume_refuses_a_scaler_state_it_cannot_train_with(tmp_path, capsys, key, value, what):
+    ckpt = tmp_path / "run.ckpt"
+    assert main([*FAST[:-3], "--device", "cpu", "--amp", "fp16", "--quiet", "--epochs", "1",
+                 "--checkpoint", str(ckpt)]) == 0
+    saved = checkpoint.load(ckpt, device="cpu")
+    saved["scaler"][key] = value
+    checkpoint.save(ckpt, saved)
+    assert main(["train", "--resume", str(ckpt), "--epochs", "2", "--amp", "fp16", "--quiet"]) == 1
+    assert f"scaler/{key} is {value}; it must be {what}" in capsys.readouterr().err
