@@ -175,6 +175,8 @@ class Pow(Op):
         if type(b) is float and abs(b) == 0.5:
             with R._quiet(xp):  # rsqrt(0) = inf, quietly, as torch
                 y = xp.sqrt(a) if b > 0 else 1 / xp.sqrt(a)
+        elif _integral(xp, a) and _integral(xp, b):
+            y = _integer_power(xp, a, b)
         else:
             y = a ** b
         # As torch: x ** c saves x only (y may then change in place); c ** x and x ** t save the output too.
@@ -208,6 +210,24 @@ class Pow(Op):
             return Pow.apply(as_operand(input, exponent), exponent)
         return Pow.apply(input, as_operand(exponent, input))
 
+
+
+def _integral(xp, v):
+    return isinstance(v, int) and not isinstance(v, bool) if not isinstance(v, xp.ndarray) else v.dtype.kind in "iu"
+
+
+def _integer_power(xp, a, b):
+    """Integer a ** b as torch: a negative Python exponent is an error; a negative exponent in a tensor gives 1 for a
+    base of 1, +-1 for -1 and 0 for any other base (NumPy refuses both cases with a ValueError)."""
+    if not isinstance(b, xp.ndarray):
+        if b < 0:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+        return a ** b
+    negative = b < 0  # NOTE: no .any(): on CUDA that would be a sync per integer pow
+    y = a ** xp.where(negative, 0, b)
+    odd = (b % 2) != 0
+    small = xp.where(a == 1, 1, xp.where(a == -1, xp.where(odd, -1, 1), 0))
+    return xp.where(negative, small, y).astype(y.dtype, copy=False)
 
 
 @register("maximum")

@@ -137,6 +137,22 @@ def test_pow_with_a_number_as_the_base(torch):
 
 
 @compat
+def test_integer_powers_with_negative_exponents_in_a_tensor(torch):
+    """torch's integer pow: base 1 gives 1, -1 gives +-1 by parity, any other base 0 (NumPy refuses them all)."""
+    return (torch.tensor([1, -1, 0, 5, -1, 2]) ** torch.tensor([-1, -3, -2, 2, -2, -1]),
+            2 ** torch.tensor([-1, 2, -3]), torch.tensor(2, dtype=torch.int32) ** torch.tensor(-1, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("call", [
+    lambda t: t.tensor([2, 3]) ** -1,
+    lambda t: t.tensor([2, 3]).pow(-2),
+    lambda t: t.pow(t.tensor([2, 3]), -1),
+], ids=["operator", "method", "function"])
+def test_an_integer_tensor_to_a_negative_number_raises_as_torch(call):
+    check_raises_as_torch(call)
+
+
+@compat
 def test_atan2_quadrants_gradients_and_the_origin(torch):
     y = torch.tensor([1.0, 1.0, -1.0, -1.0, 0.0, 0.0, 2.0], requires_grad=True)
     x = torch.tensor([1.0, -1.0, -1.0, 1.0, 0.0, -3.0, 0.0], requires_grad=True)
