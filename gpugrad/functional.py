@@ -48,6 +48,43 @@ def vstack(tensors):
     return Cat.cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors_of(tensors, "vstack")], 0)
 
 
+def _at_least(ndim, name):
+    """torch.atleast_<ndim>d: one tensor, or a tuple for several (or for one list), each viewed with ndim axes or
+    more: 0-d by reshape, 1-d as (1, n) and (1, n, 1), 2-d as (m, n, 1), as torch's unsqueezes do."""
+    def at_least(*tensors):
+        many = len(tensors) != 1 or isinstance(tensors[0], (list, tuple))
+        out = []
+        for t in tensors_of(tensors[0] if len(tensors) == 1 and many else tensors, name):
+            if t.ndim == 0:
+                t = t.reshape((1,) * ndim)
+            elif t.ndim == 1 and ndim >= 2:
+                t = t.unsqueeze(0).unsqueeze(-1) if ndim == 3 else t.unsqueeze(0)
+            elif t.ndim == 2 and ndim == 3:
+                t = t.unsqueeze(-1)
+            out.append(t)
+        return tuple(out) if many else out[0]
+    at_least.__name__ = at_least.__qualname__ = name
+    return composite(name, method=False)(at_least)
+
+
+atleast_1d, atleast_2d, atleast_3d = (_at_least(n, f"atleast_{n}d") for n in (1, 2, 3))
+
+
+@composite("dstack", method=False)
+def dstack(tensors):
+    return Cat.cat(atleast_3d(tensors_of(tensors, "dstack")), 2)
+
+
+@composite("column_stack", method=False)
+def column_stack(tensors):
+    return Cat.cat([t.reshape(t.numel(), 1) if t.ndim < 2 else t for t in tensors_of(tensors, "column_stack")], 1)
+
+
+@composite("row_stack", method=False)
+def row_stack(tensors):
+    return vstack(tensors)
+
+
 @composite("where", method=False)
 def where(condition, input=None, other=None):
     """Elementwise ``condition ? input : other``; gradients flow to input and other, never to the condition.

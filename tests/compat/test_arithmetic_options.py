@@ -185,7 +185,7 @@ def test_operands_that_do_not_broadcast_raise_torchs_runtime_error(shapes):
     check_raises_as_torch(snippet)
 
 
-@pytest.mark.parametrize("join", ["stack", "cat", "hstack", "vstack"])
+@pytest.mark.parametrize("join", ["stack", "cat", "hstack", "vstack", "dstack", "column_stack", "row_stack"])
 def test_joining_nothing_raises_as_torch(join):
     check_raises_as_torch(lambda torch: getattr(torch, join)([]))
 
@@ -198,3 +198,15 @@ def test_the_tangent_of_atan2_at_the_origin(torch):
     with fw.dual_level():  # (b t_a - a t_b) / r²: NaN at the origin, where the VJP gives 0
         y = fw.make_dual(a, torch.ones(3, dtype=torch.float64)).atan2(fw.make_dual(b, torch.ones(3, dtype=torch.float64)))
         return fw.unpack_dual(y).tangent.detach()
+
+
+@compat
+def test_atleast_nd_dstack_column_stack_and_row_stack_with_gradients(torch):
+    a, b, c = torch.tensor(1.5, requires_grad=True), torch.arange(3.0, requires_grad=True), torch.ones(3, 2)
+    c.requires_grad_()
+    views = [torch.atleast_1d(a), torch.atleast_2d(a, b, c), torch.atleast_3d([b, c]), torch.atleast_3d(c)]
+    joined = [torch.dstack([b, b * 2]), torch.dstack([c, c]), torch.column_stack([b, c]), torch.row_stack([b, b])]
+    total = sum(v.sum() for v in joined) + sum(t.sum() for v in views for t in (v if isinstance(v, tuple) else (v,)))
+    total.backward()
+    names = [t.grad_fn.name() for v in views for t in (v if isinstance(v, tuple) else (v,))]
+    return views, joined, a.grad, b.grad, c.grad, names
