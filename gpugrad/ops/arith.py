@@ -188,7 +188,8 @@ class Pow(Op):
         ga = gb = None
         if self.needs_input_grad[0]:
             if isinstance(b, numbers.Number):  # a Python scalar exponent: decide here, no `where` on the hot path
-                ga = gy * 0 if b == 0 else gy * b * a ** (b - 1)
+                # x ** 0: zeros as torch's pow_backward, not gy * 0 (NaN where gy is NaN or inf)
+                ga = xp.zeros_like(gy) if b == 0 else gy * b * a ** (b - 1)
             else:  # b == 0 would give 0 * a**-1 = NaN at a == 0
                 ga = xp.where(b == 0, 0, gy * b * a ** (b - 1))
         if self.needs_input_grad[1]:

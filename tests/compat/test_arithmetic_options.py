@@ -210,3 +210,11 @@ def test_atleast_nd_dstack_column_stack_and_row_stack_with_gradients(torch):
     total.backward()
     names = [t.grad_fn.name() for v in views for t in (v if isinstance(v, tuple) else (v,))]
     return views, joined, a.grad, b.grad, c.grad, names
+
+
+@compat
+def test_the_gradient_of_x_to_the_zero_is_zero_even_for_a_nan_or_inf_upstream_gradient(torch):
+    x = torch.tensor([1.0, -2.0, 0.0], requires_grad=True)
+    (x ** 0).backward(torch.tensor([float("nan"), float("inf"), 1.0]))
+    g, = torch.autograd.grad((x.pow(0) * 3).sum(), x, create_graph=True)
+    return x.grad, g

@@ -416,11 +416,6 @@ KNOWN = [
           lambda f, m: m.kind == "dtype" and _any(f, "int", "0d") and "dtype float64, torch float32" in m.detail),
 
     # -- new: found by the fuzzer, reported, not yet owned -----------------------------------------------------------
-    Known("x ** 0 with a NaN or inf upstream gradient",
-          "NEW bug (reported to the owner of ops/arith.py): the VJP of x ** 0 is gy * 0, NaN where gy is NaN or "
-          "inf; torch's pow_backward returns zeros_like(x) for a zero exponent",
-          lambda f, m: "pow" in f and _in_backward(m) and m.kind == "value" and np.isnan(m.got).any()
-          and not np.isnan(m.want).any() and bool(np.all(m.want[np.isnan(m.got)] == 0)), temporary=True),
     Known("torch's layer_norm double backward without a weight",
           "torch 2.13 raises 'Expected a proper Tensor but got None ... argument #1 other' in the second-order pass of "
           "a layer_norm with a bias and no weight (its double backward multiplies by the missing weight); gpugrad's "
