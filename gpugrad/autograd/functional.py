@@ -21,6 +21,7 @@ from gpugrad._tensor import Tensor
 from gpugrad.autograd import forward_ad as fwd
 from gpugrad.backend import on
 from gpugrad.core.backprop import grad
+from gpugrad.core.forward_state import set_tangent
 from gpugrad.core.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
 from gpugrad.creation import ones_like, zeros, zeros_like
 from gpugrad.ops.movement import Stack
@@ -162,10 +163,12 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), J v): one forward pass carrying the tangents ``v``."""
     with enable_grad():
         is_in, inputs = _as_tuple(inputs, "inputs", "jvp")
-        inputs = _prep(inputs, create_graph, create_graph or strict)  # a graph only where it is asked or checked
+        # leaves that require grad, as torch's (its jvp is the double-backward trick): func sees requires_grad, and an
+        # in-place op on an input raises torch's leaf error
+        inputs = _prep(inputs, create_graph, True)
         v = _v(v, inputs, is_in, "jvp", create_graph) or tuple(ones_like(x) for x in inputs)
         with fwd.dual_level():
-            is_out, outputs = _as_tuple(func(*(fwd.make_dual(x, t) for x, t in zip(inputs, v))), _OUT, "jvp")
+            is_out, outputs = _as_tuple(func(*(_carrying(x, t) for x, t in zip(inputs, v))), _OUT, "jvp")
             tangents = [fwd.unpack_dual(o).tangent for o in outputs]
         _strict(outputs, "outputs", strict)
         if strict:  # which inputs the outputs depend on: one backward pass, only here
@@ -173,6 +176,15 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
                   False, "back")
         res = _fill(tangents, outputs, strict, create_graph, "back_trick")
     return _unpack(_post(outputs, create_graph), is_out), _unpack(_post(res, create_graph), is_out)
+
+
+def _carrying(x, t):
+    """jvp's input ``x`` (a fresh leaf or view of _prep's) carrying the tangent ``t`` itself: make_dual would hand func
+    a view of it, where torch's func gets the leaf (an in-place op on it raises torch's leaf error, not the view's)."""
+    if x.dtype.kind not in "fV" or t.shape != x.shape or t.dtype != x.dtype or t.device != x.device:
+        return fwd.make_dual(x, t)  # its error says what is wrong
+    set_tangent(x, t)
+    return x
 
 
 def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):

@@ -30,6 +30,11 @@ class AutogradMethods:
 
     @property
     def requires_grad(self):
+        base = self._base
+        if base is not None and self._base_fn is not base._grad_fn and getattr(self._view_fn, "multi_output", None):
+            # an output of a multi-view op whose base was written since: torch raises when it is used, not when this
+            # is read (it is a view of a base that requires grad now)
+            return self._requires_grad or base._requires_grad
         return fresh(self)._requires_grad
 
     @requires_grad.setter

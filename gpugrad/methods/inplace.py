@@ -23,9 +23,9 @@ class InplaceMethods:
         recording = STATE.enabled and (self._requires_grad or root._requires_grad
                                        or any(isinstance(o, TensorBase) and o._requires_grad for o in others))
         if recording and root.is_leaf and root._requires_grad:
-            what = "a view of a leaf tensor" if root is not self else "a leaf tensor"
-            raise RuntimeError(f"{op}: {what} that requires grad is being used in an in-place operation; "
-                               "wrap it in `with gpugrad.no_grad():` (e.g. for a parameter update)")
+            what = "a view of a leaf Variable" if root is not self else "a leaf Variable"
+            raise RuntimeError(f"{what} that requires grad is being used in an in-place operation. ({op}: wrap it in "
+                               "`with gpugrad.no_grad():`, e.g. for a parameter update)")
         multi = getattr(self._view_fn, "multi_output", None)
         if recording and multi is not None:  # as torch: its graph could not say which output changed
             raise RuntimeError(f"{op}: Output {multi[1]} of {multi[0]} is a view and is being modified inplace. This "

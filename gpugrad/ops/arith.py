@@ -322,8 +322,11 @@ class Abs(Op):
         return xp.abs(x)
 
     def backward(self, xp, gy):
+        # torch's gy * sgn(x), a product (sgn(NaN) = 0): an inf gy at x == 0 and a NaN tangent give NaN, as in torch
         (x,) = self.saved
-        return xp.where(x > 0, gy, xp.where(x < 0, -gy, 0))
+        dt = gy.dtype
+        with R._quiet(xp):  # inf * 0, quietly, as torch
+            return gy * ((x > 0).astype(dt) - (x < 0).astype(dt))
 
     def backward_graph(self, xp, gy):  # torch's formula: the result depends on x (derivative 0), so requires grad
         return gy * xp.sign(self.saved[0])

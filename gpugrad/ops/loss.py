@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from gpugrad.backend import deferred, reference as R
+from gpugrad.backend.reference.float16 import LOW
 from gpugrad.core import tensor_xp
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
@@ -13,6 +14,16 @@ from gpugrad.ops.kernel_op import KernelOp
 def _as_dtype_of(g, x):
     """g in x's dtype (no copy when it already is): an array, or a Tensor under create_graph."""
     return g if g.dtype == x.dtype else g.astype(x.dtype)
+
+
+def _upstream(gy, x):
+    """The upstream gradient as the loss kernels take it: in x's dtype (_as_dtype_of), but a float16 / bfloat16 array
+    that is not C-contiguous (the broadcast gradient of loss.sum()) widened to float32, which the kernels read it in
+    (exactly): beside it reference.opmath would send the whole (N, C) logits through a float32 copy instead."""
+    g = _as_dtype_of(gy, x)
+    if hasattr(g, "flags") and not g.flags.c_contiguous and g.dtype in LOW:
+        return g.astype("float32")
+    return g
 
 
 class _ChosenLogProb(KernelOp):
@@ -89,7 +100,7 @@ class CrossEntropy(_ChosenLogProb):
     def _bwd(self, impl, xp, gy):
         x, lse, aux = self.saved
         # NOTE: the seed is already x's dtype (no launch); a gradient of another dtype is cast, as torch does
-        return impl.softmax_xent_bwd(xp, x, self.target, lse, _as_dtype_of(gy, x), self.reduction, aux=aux,
+        return impl.softmax_xent_bwd(xp, x, self.target, lse, _upstream(gy, x), self.reduction, aux=aux,
                                      **self._options())
 
 
@@ -109,7 +120,7 @@ class TokenLogProb(_ChosenLogProb):
 
     def _bwd(self, impl, xp, gy):
         x, lse = self.saved
-        return impl.token_logprob_bwd(xp, x, self.target, lse, _as_dtype_of(gy, x))
+        return impl.token_logprob_bwd(xp, x, self.target, lse, _upstream(gy, x))
 
 
 class _PointwiseLoss(Op):
@@ -162,7 +173,7 @@ def _reduce(xp, x, reduction):
 @register("binary_cross_entropy")
 class BinaryCrossEntropy(_PointwiseLoss):
     """loss = -(t max(log x, -100) + (1 - t) max(log1p(-x), -100)): torch's clamped logs, so x = 0 or 1 is finite.
-    Derivatives (torch's): dx = (x - t) / max(x (1 - x), 1e-12), dt = max(log1p(-x), -100) - max(log x, -100)."""
+    Derivatives (torch's): dx = (x - t) / max(x (1 - x), 1e-12), dt = -logit(x) = log1p(-x) - log x (unclamped)."""
     formula = "gx = gy * (x - t) / (x (1 - x)), gt = gy * log((1 - x) / x)"
 
     def _check(self, xp, x, t):
@@ -175,8 +186,10 @@ class BinaryCrossEntropy(_PointwiseLoss):
                 raise RuntimeError(f"binary_cross_entropy: all elements of {name} should be between 0 and 1")
 
     def _parts(self, xp, x, t):
-        lx, l1x = xp.maximum(xp.log(x), -100.0), xp.maximum(xp.log1p(-x), -100.0)
-        return -(t * lx + (1 - t) * l1x), (x - t) / xp.maximum(x * (1 - x), 1e-12), l1x - lx
+        log_x, log_1x = xp.log(x), xp.log1p(-x)
+        lx, l1x = xp.maximum(log_x, -100.0), xp.maximum(log_1x, -100.0)
+        # the target's derivative is torch's -logit(x), unclamped: +-inf at x = 0 or 1 (only the loss is clamped)
+        return -(t * lx + (1 - t) * l1x), (x - t) / xp.maximum(x * (1 - x), 1e-12), log_1x - log_x
 
 
 @register("binary_cross_entropy_with_logits")

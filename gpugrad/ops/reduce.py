@@ -1,6 +1,8 @@
 """Reductions over an axis (or all axes).  VJPs put the reduced axes back (keepdims) and broadcast gy."""
 from __future__ import annotations
 
+import math
+
 from gpugrad.core.args import canonical_axis, dims, moment, with_dtype
 from gpugrad.core.op import Op
 from gpugrad.core.registry import composite, register
@@ -170,6 +172,11 @@ class Median(_Extreme):
             self.save_for_backward(x, y)
             return y.reshape(())
         return super().forward(xp, x)
+
+    def jvp(self, xp, ins, out, ts):
+        if math.prod(ins[0].shape) == 0:  # as torch: the tangent of the median of nothing is 0 (not 0 / 0)
+            return xp.zeros_like(out)
+        return super().jvp(xp, ins, out, ts)
 
     def _extreme(self, xp, x, axes):
         s = xp.sort(x.reshape(-1))

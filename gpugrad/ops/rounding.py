@@ -3,6 +3,7 @@ dividend's sign).  Integers stay integers, as in torch."""
 from __future__ import annotations
 
 from gpugrad.backend import deferred, reference as R
+from gpugrad.core import tensor_xp
 from gpugrad.core.op import Op
 from gpugrad.core.registry import composite, register
 from gpugrad.core.tensor import as_operand
@@ -66,8 +67,13 @@ class Remainder(Op):
         if not self.needs_input_grad[1]:
             return gy, None
         a, b = self.saved
+        mode = "floor" if self.op_name == "remainder" else "trunc"
+        if xp is tensor_xp:  # create_graph: the quotient as one node with a zero derivative, as torch's
+            # div(rounding_mode=): a / b then trunc would send trunc's zero through a / b's VJP, a graph of zeros
+            # that requires grad where torch's second derivative is a constant
+            return gy, -gy * RoundingDiv.apply(a, b, mode=mode)
         with R._quiet(xp):
-            return gy, -gy * (a // b if self.op_name == "remainder" else xp.trunc(a / b))
+            return gy, -gy * (a // b if mode == "floor" else xp.trunc(a / b))
 
     @staticmethod
     def remainder(input, other):

@@ -218,3 +218,18 @@ def test_the_gradient_of_x_to_the_zero_is_zero_even_for_a_nan_or_inf_upstream_gr
     (x ** 0).backward(torch.tensor([float("nan"), float("inf"), 1.0]))
     g, = torch.autograd.grad((x.pow(0) * 3).sum(), x, create_graph=True)
     return x.grad, g
+
+
+@compat
+def test_second_derivatives_of_fmod_and_remainder_are_constants(torch):
+    """The divisor's gradient -gy * trunc(a / b) (floor for remainder) differentiates to zeros that need no grad, as
+    torch's div(rounding_mode=) node gives."""
+    a = torch.tensor([5.0, -3.0, 2.5], dtype=torch.float64)
+    out = []
+    for op in ("fmod", "remainder"):
+        b = torch.tensor([2.0, 2.0, 1.5], dtype=torch.float64, requires_grad=True)
+        g, = torch.autograd.grad((getattr(a, op)(b) * torch.arange(1.0, 4.0, dtype=torch.float64)).sum(), b,
+                                 create_graph=True)
+        h, = torch.autograd.grad(g.sum(), b, create_graph=True)
+        out += [g, h, h.requires_grad]
+    return out

@@ -4,7 +4,7 @@ requires_grad_, tensor hooks, retain_grad, leaves and grad_fn names, custom Func
 forward_ad."""
 from __future__ import annotations
 
-from tests.compat.harness import compat
+from tests.compat.harness import check_raises_as_torch, compat
 
 
 def _x(torch, *values, **kw):
@@ -919,3 +919,47 @@ def test_gradcheck_with_forward_ad_of_a_custom_function(torch):
     x = torch.tensor([0.3, -0.7], dtype=torch.float64, requires_grad=True)
     return torch.autograd.gradcheck(Square.apply, (x,), check_forward_ad=True), \
         torch.autograd.gradcheck(Square.apply, (x,), check_forward_ad=True, check_backward_ad=False)
+
+
+@compat
+def test_functional_jvp_hands_func_leaves_that_require_grad(torch):
+    """torch's jvp is the double-backward trick: func's inputs are fresh leaves that require grad."""
+    seen = []
+
+    def f(x):
+        seen.append(x.requires_grad)
+        return x * 2 + x.sin()
+    out, tangent = torch.autograd.functional.jvp(f, torch.linspace(-1, 1, 4), torch.ones(4))
+    return out, tangent, seen
+
+
+def test_an_in_place_op_on_a_functional_jvp_input_raises_as_torch():
+    check_raises_as_torch(lambda torch: torch.autograd.functional.jvp(lambda x: x.mul_(2), torch.ones(2), torch.ones(2)))
+
+
+@compat
+def test_the_tangent_of_the_median_of_nothing_is_zero(torch):
+    fw = torch.autograd.forward_ad
+    with fw.dual_level():
+        y = fw.make_dual(torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)).median()
+        return y, fw.unpack_dual(y).tangent
+
+
+@compat
+def test_abs_gradient_and_tangent_are_torchs_product_with_sgn(torch):
+    """gy * sgn(x) with sgn(NaN) = 0: an inf gradient at 0 and a NaN tangent give NaN, a NaN input 0."""
+    x = torch.tensor([float("nan"), 0.0, 2.0, -1.0], requires_grad=True)
+    x.abs().backward(torch.tensor([1.0, float("inf"), float("nan"), 1.0]))
+    fw = torch.autograd.forward_ad
+    with fw.dual_level():
+        d = fw.make_dual(x.detach(), torch.tensor([float("nan"), float("inf"), 1.0, float("nan")]))
+        return x.grad, fw.unpack_dual(d.abs()).tangent
+
+
+@compat
+def test_requires_grad_of_a_multi_output_view_after_its_base_was_written_can_still_be_read(torch):
+    """torch raises when such a view is used (tests/autograd), not when its requires_grad is read."""
+    x = torch.ones(2, 3, requires_grad=True) * 1
+    a, _ = x.unbind(0)
+    x.mul_(2)
+    return a.requires_grad

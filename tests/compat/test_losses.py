@@ -236,6 +236,20 @@ def test_binary_cross_entropy_of_saturated_probabilities_stays_finite(torch):
 
 
 @compat
+def test_binary_cross_entropy_target_gradient_and_tangent_are_torchs_unclamped_logit(torch):
+    """torch's derivative w.r.t. the target is -logit(p), unclamped (only the loss clamps its logs at -100): +-inf at
+    p = 0 or 1, 115 at p = 1e-50, in the VJP and in the JVP."""
+    p = torch.tensor([0.3, 1.0, 0.0, 1e-50], dtype=torch.float64)
+    t = torch.tensor([0.4, 0.5, 0.5, 0.2], dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.binary_cross_entropy(p, t, reduction="sum").backward()
+    fw = torch.autograd.forward_ad
+    with fw.dual_level():
+        out = torch.nn.functional.binary_cross_entropy(p, fw.make_dual(t.detach(), torch.ones(4, dtype=torch.float64)))
+        tangent = fw.unpack_dual(out).tangent
+    return t.grad, tangent
+
+
+@compat
 def test_bce_loss_module_with_weight(torch):
     p = _probs(torch)
     loss = torch.nn.BCELoss(weight=torch.tensor([1.0, 2.0, 0.5]), reduction="sum")(p, _binary(torch))

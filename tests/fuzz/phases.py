@@ -319,9 +319,12 @@ def fd_loss_confirms(p, rtol=1e-4):
     return got is not None and np.isclose(want, got, rtol=rtol, atol=1e-6 * max(1.0, abs(got)))
 
 
-def fd_tangent(p, var):
-    """``var``'s directional derivative along the duals' tangents, by central differences (an array), or None."""
-    if any(f in p.features for f in FD_UNSAFE) or not p.duals:
+def fd_tangent(p, var, float32=False):
+    """``var``'s directional derivative along the duals' tangents, by central differences (an array), or None.
+    ``float32``: also for programs with float32 values (the shifted duals replay in float64; the caller compares with
+    a float32 tolerance)."""
+    unsafe = [f for f in FD_UNSAFE if f != "float32" or not float32]
+    if any(f in p.features for f in unsafe) or not p.duals:
         return None
     shift = {d: d.init for d in p.duals}
 
@@ -344,13 +347,14 @@ def _constants(p, kinds):
     return {v: env[v].detach().clone() for kind, v in p.const_outputs if kind in kinds and v in env}
 
 
-def fd_tangent_confirms(p, m, rtol=1e-4):
+def fd_tangent_confirms(p, m, rtol=1e-4, float32=False):
     """Whether gpugrad's tangent in the tangent mismatch ``m`` equals central differences of the replayed program
-    along the duals' tangents (None where the oracle does not apply)."""
+    along the duals' tangents (None where the oracle does not apply; ``float32``: see fd_tangent, at rtol 1e-3)."""
     var = getattr(m, "var", None)
     if var is None or m.got is None:
         return None
-    fd = fd_tangent(p, var)
+    fd = fd_tangent(p, var, float32)
+    rtol = max(rtol, 1e-3) if float32 and "float32" in p.features else rtol
     if fd is None or fd.shape != m.got.shape:
         return None
     with np.errstate(invalid="ignore"):  # only where the two libraries differ

@@ -352,7 +352,7 @@ class Program:
         vargs = [a for a in args if isinstance(a, Var)]
         values = _tensors(rt) + [a.t for a in vargs]
         values += [tangent(t) for t in values if self.forward and tangent(t) is not None]  # JVPs may warn too
-        finite = [bool(torch.isfinite(t).all()) for t in values
+        finite = [_finite(t) for t in values
                   if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())]
         if warned and all(finite):
             # NumPy's warnings are fine where the values are inf or NaN (torch's too); here they are not, so the
@@ -557,6 +557,15 @@ class Program:
                         if v in consts:
                             env[v] = consts[v].clone()
         return env
+
+
+def _finite(t):
+    """Whether torch's tensor holds only finite values; False where torch refuses to read it at all (an output of a
+    multi-output view op whose base was then written in place: every use raises, which the step compared)."""
+    try:
+        return bool(torch.isfinite(t).all())
+    except RuntimeError:
+        return False
 
 
 def _tensors(result):

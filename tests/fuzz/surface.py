@@ -621,7 +621,14 @@ def triangle(p, name):
     return True
 
 
-@spec("cat", "stack", "hstack", "vstack")
+@spec("atleast_1d", "atleast_2d", "atleast_3d")
+def at_least(p, name):
+    x = p.operand(lambda v: True, shape=lambda q: q.shape())
+    p.step(name, f"{name}({x})", lambda lib, a: getattr(lib.m, name)(a), x, strict=True)
+    return True
+
+
+@spec("cat", "stack", "hstack", "vstack", "dstack", "column_stack", "row_stack")
 def join(p, name):
     x = p.operand(lambda v: v.ndim > 0 or name != "cat", shape=lambda q: q.shape() or (2,))
     k = p.src.int(1, 3)
@@ -633,8 +640,10 @@ def join(p, name):
             shape[d] = p.src.int(0, 3)
         elif name == "hstack" and x.ndim:
             shape[0 if x.ndim == 1 else 1] = p.src.int(1, 3)
-        elif name == "vstack" and x.ndim > 1:
+        elif name in ("vstack", "row_stack") and x.ndim > 1:
             shape[0] = p.src.int(1, 3)
+        elif name == "dstack" and x.ndim > 2 or name == "column_stack" and x.ndim > 1:
+            shape[2 if name == "dstack" else 1] = p.src.int(1, 3)
         if p.src.bool(4):
             shape = shape + [2]  # misfit: both must raise
         y = p.pick(lambda v, s=tuple(shape): v.shape == s and v.is_float) if p.src.bool(40) else None
