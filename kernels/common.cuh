@@ -62,23 +62,25 @@ __device__ __forceinline__ double erfc_(double x) { return erfc(x); }
 // Elements each thread keeps in registers per row chunk: 8 floats / 4 doubles (32 B). With 1024 threads that
 // caches 8192 float / 4096 double columns, so rows up to that size are read from DRAM exactly once, and the
 // K independent loads per thread give the memory-level parallelism that vector loads would.
-template <typename T> struct RowCache { static constexpr int K = sizeof(T) == 4 ? 8 : 4; };
+template <typename T> struct RowCache { static constexpr int K = sizeof(T) == 8 ? 4 : 8; };  // 2-byte T: 8 floats
 
 // The same for the team row kernels (reduce.cu, norm.cu; RowTeam below): two 16-byte vectors of floats (8), one
 // of doubles (2). NOTE: double exp/log need the registers: 4 cached doubles a thread spill under the 64-register
 // cap that two 512-thread blocks per SM impose. A 512-thread team caches 4096 floats / 1024 doubles; longer rows
 // re-read their later chunks (from L2). launch.py row_plan sizes the teams by the same K.
-template <typename T> struct TeamCache { static constexpr int K = sizeof(T) == 4 ? 8 : 2; };
+template <typename T> struct TeamCache { static constexpr int K = sizeof(T) == 8 ? 2 : 8; };  // 2-byte T: 8 floats
 
 // ---- 16-byte vectors: a Pack of N elements is loaded or stored as one access (ld.global.v4.f32 / .v2.f64), the
 // widest a thread can issue: 4x (2x) fewer memory instructions than scalar floats (doubles) for the same bytes.
 // Packs of more than 16 bytes (4 doubles beside a float op) are 16-byte aligned and split into 16-byte accesses;
 // smaller ones (4 bools of a mask) are aligned to their size. A pointer that is not aligned to alignof(Pack) must
 // take a scalar path: callers check pack_aligned first (a view at an odd offset is contiguous but misaligned).
-// bfloat16 storage: the bits of NumPy's ml_dtypes.bfloat16 (CuPy 14's bfloat16 arrays) and CUDA's __nv_bfloat16,
-// kept header-free (no cuda_bf16.h: NVRTC from pip ships no headers, and the emulator compiles this with g++).
-// Kernels compute it in float (PyTorch's opmath): widening is exact (a bfloat16 is a float's high 16 bits); narrowing
-// rounds to nearest, ties to even, keeping NaN a quiet NaN, as __float2bfloat16_rn and ml_dtypes do.
+// Low-precision storage, kept header-free (no cuda_bf16.h / cuda_fp16.h: NVRTC from pip ships no headers, and the
+// emulator compiles this with g++). Kernels compute both in float (PyTorch's opmath): widening is exact; narrowing
+// rounds to nearest, ties to even, keeps NaN a quiet NaN and overflows to inf, as __float2bfloat16_rn /
+// __float2half_rn, ml_dtypes and NumPy do.
+// bfloat16: the bits of NumPy's ml_dtypes.bfloat16 (CuPy 14's bfloat16 arrays) and CUDA's __nv_bfloat16, a float's
+// high 16 bits.
 struct bf16 {
     unsigned short bits;
 };
@@ -88,15 +90,59 @@ __device__ __forceinline__ bf16 to_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{(unsigned short)((u >> 16) | 0x40u)};  // NaN: quiet, sign kept
     return bf16{(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
 }
-// The type a storage type T computes in (float for bfloat16, T itself for float and double), and the conversions:
-// for float and double they are the identity, so those instantiations compile to what they were.
+// float16: IEEE binary16, the bits of NumPy's float16 and CUDA's __half (5 exponent bits, bias 15, 10 mantissa bits).
+struct f16 {
+    unsigned short bits;
+};
+#if defined(__CUDACC_RTC__) || defined(__NVCC__)
+// On the GPU the conversion instructions (IEEE, round to nearest even; sm_53+): one instruction each way, where the
+// integer code below is a dozen. The emulator, and the tests that check the rounding bit for bit, run that code.
+__device__ __forceinline__ float widen(f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+__device__ __forceinline__ f16 to_f16(float f) {
+    f16 v;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v.bits) : "f"(f));
+    return v;
+}
+#else
+__device__ __forceinline__ float widen(f16 v) {
+    const unsigned int sign = (unsigned int)(v.bits & 0x8000u) << 16, e = (v.bits >> 10) & 0x1fu, m = v.bits & 0x3ffu;
+    if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));  // inf, NaN (payload kept)
+    if (e == 0u) {  // zero or subnormal: m * 2^-24, exact in float
+        const float mag = (float)m * 5.9604644775390625e-8f;
+        return sign ? -mag : mag;
+    }
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));  // rebias 15 -> 127
+}
+__device__ __forceinline__ f16 to_f16(float f) {
+    const unsigned int u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return f16{(unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu))};  // NaN: quiet
+    if (a >= 0x477ff000u) return f16{(unsigned short)(sign | 0x7c00u)};  // >= 65520 (and inf): rounds to inf
+    if (a < 0x38800000u) {
+        // below 2^-14 (float16's smallest normal): adding 0.5, whose ulp is 2^-24 (float16's subnormal step), makes
+        // the float unit round |f| to a multiple of 2^-24, to nearest even; the low mantissa bits are the result.
+        const float r = __uint_as_float(a) + 0.5f;
+        return f16{(unsigned short)(sign | (__float_as_uint(r) - 0x3f000000u))};
+    }
+    const unsigned int m = a - 0x38000000u;  // rebias 127 -> 15; the rounding carry may step into the exponent
+    return f16{(unsigned short)(sign | ((m + 0xfffu + ((m >> 13) & 1u)) >> 13))};
+}
+#endif
+// The type a storage type T computes in (float for bfloat16 and float16, T itself for float and double), and the
+// conversions: for float and double they are the identity, so those instantiations compile to what they were.
 template <typename T> struct Math { using type = T; };
 template <> struct Math<bf16> { using type = float; };
+template <> struct Math<f16> { using type = float; };
 template <typename T> using math_t = typename Math<T>::type;
 template <typename T> __device__ __forceinline__ T load_math(T v) { return v; }
 __device__ __forceinline__ float load_math(bf16 v) { return widen(v); }
+__device__ __forceinline__ float load_math(f16 v) { return widen(v); }
 template <typename T> __device__ __forceinline__ T store_math(math_t<T> v) { return v; }
 template <> __device__ __forceinline__ bf16 store_math<bf16>(float v) { return to_bf16(v); }
+template <> __device__ __forceinline__ f16 store_math<f16>(float v) { return to_f16(v); }
 
 template <typename E, int N> struct alignas(sizeof(E) * N < 16 ? sizeof(E) * N : 16) Pack { E v[N]; };
 template <typename T> struct Vec { static constexpr int N = 16 / sizeof(T); };  // elements of one 16-byte vector
@@ -307,43 +353,53 @@ template <bool VEC, typename T> __device__ __forceinline__ int team_col(int j, i
     return base + (t.lane + (j / V) * t.size) * V + j % V;
 }
 
-template <bool VEC, typename T, int K>
-__device__ __forceinline__ void team_load(T (&v)[K], const T* __restrict__ row, int base, T fill, const RowTeam& t) {
-    constexpr int V = VEC ? Vec<T>::N : 1;
+// Storage E (float, double, bf16, f16) is widened to its math type M on load and narrowed on store; K counts
+// elements, so for bf16 / f16 (V = 8) K = 8 is one 16-byte vector a thread.
+template <bool VEC, typename M, typename E, int K>
+__device__ __forceinline__ void team_load(M (&v)[K], const E* __restrict__ row, int base, M fill, const RowTeam& t) {
+    constexpr int V = VEC ? Vec<E>::N : 1;
     static_assert(K % V == 0, "a row chunk holds whole vectors");
 #pragma unroll
     for (int q = 0; q < K / V; ++q) {
-        const int c = team_col<VEC, T>(q * V, base, t);
+        const int c = team_col<VEC, E>(q * V, base, t);
         if (c < t.cols) {
-            load_pack<V>(&v[q * V], row + c);
+            E e[V];
+            load_pack<V>(e, row + c);
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[q * V + j] = load_math(e[j]);
         } else {
 #pragma unroll
-            for (int e = 0; e < V; ++e) v[q * V + e] = fill;
+            for (int j = 0; j < V; ++j) v[q * V + j] = fill;
         }
     }
 }
 
-template <bool VEC, typename T, int K>
-__device__ __forceinline__ void team_store(T* __restrict__ row, const T (&v)[K], int base, const RowTeam& t) {
-    constexpr int V = VEC ? Vec<T>::N : 1;
+template <bool VEC, typename E, typename M, int K>
+__device__ __forceinline__ void team_store(E* __restrict__ row, const M (&v)[K], int base, const RowTeam& t) {
+    constexpr int V = VEC ? Vec<E>::N : 1;
 #pragma unroll
     for (int q = 0; q < K / V; ++q) {
-        const int c = team_col<VEC, T>(q * V, base, t);
-        if (c < t.cols) store_pack<V>(row + c, &v[q * V]);
+        const int c = team_col<VEC, E>(q * V, base, t);
+        if (c < t.cols) {
+            E e[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) e[j] = store_math<E>(v[q * V + j]);
+            store_pack<V>(row + c, e);
+        }
     }
 }
 
 // log-sum-exp of the team's row; chunk 0 stays in `v0` for the caller's output pass (later chunks are re-read).
-template <bool VEC, typename T, int K>
-__device__ __forceinline__ void team_row_lse(const T* __restrict__ row, T (&v0)[K], T& m, T& s, const RowTeam& t) {
+template <bool VEC, typename M, typename E, int K>
+__device__ __forceinline__ void team_row_lse(const E* __restrict__ row, M (&v0)[K], M& m, M& s, const RowTeam& t) {
     const int step = K * t.size;
-    m = -inf<T>();
-    s = T(0);
-    team_load<VEC>(v0, row, 0, -inf<T>(), t);
+    m = -inf<M>();
+    s = M(0);
+    team_load<VEC>(v0, row, 0, -inf<M>(), t);
     lse_add_chunk(m, s, v0);
     for (int base = step; base < t.cols; base += step) {
-        T v[K];
-        team_load<VEC>(v, row, base, -inf<T>(), t);
+        M v[K];
+        team_load<VEC>(v, row, base, -inf<M>(), t);
         lse_add_chunk(m, s, v);
     }
     team_reduce_lse(m, s, t);
@@ -359,14 +415,14 @@ __device__ __forceinline__ RowTeam block_team(int cols) {
     return t;
 }
 
-template <typename T, int K>
-__device__ __forceinline__ void load_chunk(T (&v)[K], const T* __restrict__ row, int base, int cols, T fill) {
+template <typename M, typename E, int K>
+__device__ __forceinline__ void load_chunk(M (&v)[K], const E* __restrict__ row, int base, int cols, M fill) {
     team_load<false>(v, row, base, fill, block_team(cols));
 }
 
 // log-sum-exp of one row; chunk 0 stays in `v0` for the caller's output pass (later chunks are re-read).
-template <typename T, int K>
-__device__ __forceinline__ void row_lse(const T* __restrict__ row, int cols, T (&v0)[K], T& m, T& s) {
+template <typename M, typename E, int K>
+__device__ __forceinline__ void row_lse(const E* __restrict__ row, int cols, M (&v0)[K], M& m, M& s) {
     team_row_lse<false>(row, v0, m, s, block_team(cols));
 }
 
@@ -384,17 +440,18 @@ __device__ __forceinline__ ColumnChunk column_chunk(long long rows, long long ro
     return {(long long)blockIdx.x * COL_TILE_X + threadIdx.x, r0, r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows};
 }
 
-template <typename T>
-__device__ __forceinline__ void column_tile_store(T acc, T* __restrict__ out, long long c, long long cols) {
-    __shared__ T tile[COL_TILE_Y][COL_TILE_X + 1];  // +1: no bank conflicts for doubles either
+// acc in the math type M, out in storage E (a low-precision sum is rounded once, after the 8 partials are added).
+template <typename E, typename M>
+__device__ __forceinline__ void column_tile_store(M acc, E* __restrict__ out, long long c, long long cols) {
+    __shared__ M tile[COL_TILE_Y][COL_TILE_X + 1];  // +1: no bank conflicts for doubles either
     __syncthreads();  // NOTE: a kernel may call this twice (LayerNorm gw and gb): the first readers must be done
     tile[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && c < cols) {
-        T s = tile[0][threadIdx.x];
+        M s = tile[0][threadIdx.x];
 #pragma unroll
         for (int k = 1; k < COL_TILE_Y; ++k) s += tile[k][threadIdx.x];
-        out[c] = s;
+        out[c] = store_math<E>(s);
     }
 }
 

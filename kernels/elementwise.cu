@@ -145,19 +145,23 @@ struct expm1 {
 // T in {float, double}; saved/gy/gz C-contiguous (rows, cols), b broadcast over the last axis.
 // Launch: block (32, 8), grid (ceil(cols / 32), chunks), rows [chunk * rows_per_chunk, +rows_per_chunk);
 // chunks > 1 are added by sum_rows. Op: bias_act (Linear + activation) backward.
+// T float, double, gg::bf16 or gg::f16: the low types compute in float (M), store gz rounded and keep the column
+// sums of the float values in float (partial is M), so the bias gradient is rounded once, after sum_rows' last pass.
 template <typename T, class ACT>
 __global__ void __launch_bounds__(256)
-bias_act_bwd(const T* __restrict__ saved, const T* __restrict__ gy, T* __restrict__ gz, T* __restrict__ partial,
-             long long rows, long long cols, long long rows_per_chunk, double p0, double p1) {
+bias_act_bwd(const T* __restrict__ saved, const T* __restrict__ gy, T* __restrict__ gz,
+             gg::math_t<T>* __restrict__ partial, long long rows, long long cols, long long rows_per_chunk, double p0,
+             double p1) {
+    using M = gg::math_t<T>;
     const auto [c, r0, r1] = gg::column_chunk(rows, rows_per_chunk);
-    T acc = T(0);
+    M acc = M(0);
     if (c < cols) {
 #pragma unroll 4
         for (long long r = r0 + threadIdx.y; r < r1; r += gg::COL_TILE_Y) {
             const long long i = r * cols + c;
-            const T g = ACT::bwd(saved[i], gy[i], T(p0), T(p1));
-            gz[i] = g;
-            acc += g;
+            const M g = ACT::bwd(gg::load_math(saved[i]), gg::load_math(gy[i]), M(p0), M(p1));
+            gz[i] = gg::store_math<T>(g);
+            acc += g;  // unrounded, as the float32 reference sums its float32 gz
         }
     }
     gg::column_tile_store(acc, partial + (long long)blockIdx.y * cols, c, cols);
@@ -230,9 +234,11 @@ template <typename T> struct DropoutBwd : PointwiseOp<T, bool, T, T, 2, 1> {
     }
 };
 
-// acc += g, in place (y is acc).
+// acc += g, in place (y is acc); float16 / bfloat16 add in float and round once, as the float32 reference.
 template <typename T> struct Accumulate : PointwiseOp<T, T, T, T, 1, 1, false, true> {
-    static __device__ __forceinline__ void apply(const T& g, const T&, T& acc, T&, double, double) { acc += g; }
+    static __device__ __forceinline__ void apply(const T& g, const T&, T& acc, T&, double, double) {
+        acc = gg::store_math<T>(gg::load_math(acc) + gg::load_math(g));
+    }
 };
 
 // Launch shape, shared with elementwise.py (_EW_BLOCK, _EW_MAX_GRID): 256-thread blocks; __launch_bounds__(256, 4)

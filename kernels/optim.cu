@@ -1,4 +1,5 @@
-// kernels/optim.cu: fused optimizer steps, in place, T in {float, double}. Two launch forms share the element math:
+// kernels/optim.cu: fused optimizer steps, in place, T in {float, double} (and float32 master weights of bfloat16
+// and float16 parameters, below). Two launch forms share the element math:
 // - per tensor (sgd_update_, adam_update_): one C-contiguous buffer of n elements, the hyperparameters by value;
 // - multi-tensor (sgd_, adam_, rmsprop_, adagrad_multi_update_), PyTorch's fused-optimizer design: up to GG_MT_SLOTS
 //   tensors per launch, their pointers and sizes passed as kernel arguments (as torch's multi_tensor_apply does), so
@@ -10,9 +11,15 @@
 // grid-strides over the tensors laid end to end (slot_start), so all threads get the same share whatever the sizes.
 // Scalars are rounded to T once, as torch does for its float kernels (opmath = T here); runtime flags (momentum,
 // nesterov, ...) are uniform branches: one instantiation per dtype.
+// Master weights: the multi-tensor kernels are templates on G, the parameter's (and gradient's) storage type, and
+// T = gg::math_t<G>, the type of the update's math, of the state and of p. For G = float or double (T = G) p is the
+// parameter itself and q is null and never touched: those instantiations compute what they always did. For
+// G = gg::bf16 or gg::f16 p is the parameter's float32 master copy, g is read in G and widened (exactly), and the new
+// master is also written to q, the low-precision parameter, rounded to nearest even: an update below half an ulp of
+// the parameter is not rounded away but accumulates in the master.
 #include "common.cuh"
 
-// Tensors per multi-tensor launch: = optim.py _MT_SLOTS. Each slot is at most 7 (Adam) 8-byte arguments, so 16
+// Tensors per multi-tensor launch: = optim.py _MT_SLOTS. Each slot is at most 8 (Adam) 8-byte arguments, so 16
 // slots stay far below the 4 KB parameter limit; models with more parameters take ceil(n / 16) launches.
 #define GG_MT_SLOTS 16
 #define GG_MT_EACH(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
@@ -41,6 +48,29 @@ __device__ __forceinline__ bool last_block(unsigned int* ticket) {
     }
     __syncthreads();
     return last && threadIdx.x == 0;
+}
+
+// The element's master value before the update. A parameter element whose value is no longer its master's rounding
+// was changed outside the optimizer (p.data.copy_(), a model's load_state_dict, an init): the master restarts from
+// it, so a step never writes back a value the user replaced. Checked here, per element and on every step (one
+// 2-byte load), rather than from host-side version counters, which miss writes through .data and replays of a
+// captured graph whose inputs were changed.
+template <typename G, typename T>
+__device__ __forceinline__ T master_in(const T* __restrict__ p, const G* __restrict__ q, long long i) {
+    if constexpr (sizeof(G) < sizeof(T)) {
+        const T m = p[i];
+        const G v = q[i];
+        return gg::store_math<G>(m).bits == v.bits ? m : gg::load_math(v);
+    } else {
+        return p[i];
+    }
+}
+
+// The new value: into p, and rounded into the low-precision parameter q (master weights).
+template <typename G, typename T>
+__device__ __forceinline__ void master_out(T* __restrict__ p, G* __restrict__ q, long long i, T v) {
+    p[i] = v;
+    if constexpr (sizeof(G) < sizeof(T)) q[i] = gg::store_math<G>(v);
 }
 
 // ---- SGD, torch.optim.SGD semantics ----------------------------------------------------------------------------
@@ -83,11 +113,13 @@ sgd_update_(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf, lon
 }
 
 // hyper = [lr, momentum, dampening, weight_decay, nesterov (0/1), maximize (0/1)] (double, on the device). Slot k:
-// parameter p, gradient g, momentum buffer b (null: no momentum in this launch), n elements, first (b = d: the
-// tensor's first step). Unused slots have n = 0. Op: optim.SGD.step.
-#define GG_SGD_SLOT(k) \
-    T* __restrict__ p##k, const T* __restrict__ g##k, T* __restrict__ b##k, long long n##k, long long first##k
-template <typename T>
+// parameter (or master) p, low-precision parameter q (null unless G is bf16 / f16), gradient g, momentum buffer b
+// (null: no momentum in this launch), n elements, first (b = d: the tensor's first step). Unused slots have n = 0.
+// Op: optim.SGD.step.
+#define GG_SGD_SLOT(k)                                                                                     \
+    T* __restrict__ p##k, G* __restrict__ q##k, const G* __restrict__ g##k, T* __restrict__ b##k, long long n##k, \
+        long long first##k
+template <typename G, typename T = gg::math_t<G>>
 __global__ void __launch_bounds__(256)
 sgd_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, GG_MT_LIST(GG_SGD_SLOT)) {
     if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
@@ -95,7 +127,9 @@ sgd_multi_update_(const double* __restrict__ hyper, const float* __restrict__ sk
     long long offset = 0;
 #define GG_SGD_RUN(k)                                                                                  \
     for (long long i = slot_start(offset); i < n##k; i += (long long)blockDim.x * gridDim.x)           \
-        p##k[i] = sgd_elem(p##k[i], g##k[i], b##k ? b##k + i : nullptr, first##k != 0, s);           \
+        master_out(p##k, q##k, i,                                                                       \
+                   sgd_elem(master_in(p##k, q##k, i), gg::load_math(g##k[i]), b##k ? b##k + i : nullptr,   \
+                            first##k != 0, s));                                                          \
     offset += n##k;
     GG_MT_EACH(GG_SGD_RUN)
 #undef GG_SGD_RUN
@@ -159,14 +193,14 @@ adam_update_(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* _
     GG_GRID_STRIDE_LOOP(i, n) adam_elem(p[i], g[i], m[i], v[i], (T*)nullptr, s);
 }
 
-// hyper = [lr, beta1, beta2, eps, weight_decay, maximize] (double, on the device). Slot k: parameter p, gradient g,
-// moments m and v, the amsgrad maximum vmax (null without amsgrad), its step count (int64, the steps taken so far:
+// hyper = [lr, beta1, beta2, eps, weight_decay, maximize] (double, on the device). Slot k: parameter (or master) p,
+// low-precision parameter q (null unless G is bf16 / f16), gradient g, moments m and v, the amsgrad maximum vmax (null without amsgrad), its step count (int64, the steps taken so far:
 // this step is *step + 1), n elements; unused slots have n = 0 and a null step. Every tensor's count is advanced by
 // one, by the last block to finish (last_block). Op: optim.Adam(W).step.
-#define GG_ADAM_SLOT(k)                                                                                     \
-    T* __restrict__ p##k, const T* __restrict__ g##k, T* __restrict__ m##k, T* __restrict__ v##k,           \
-        T* __restrict__ vmax##k, long long* __restrict__ step##k, long long n##k
-template <typename T>
+#define GG_ADAM_SLOT(k)                                                                                       \
+    T* __restrict__ p##k, G* __restrict__ q##k, const G* __restrict__ g##k, T* __restrict__ m##k,             \
+        T* __restrict__ v##k, T* __restrict__ vmax##k, long long* __restrict__ step##k, long long n##k
+template <typename G, typename T = gg::math_t<G>>
 __global__ void __launch_bounds__(256)
 adam_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, unsigned int* __restrict__ ticket,
                    long long decoupled, GG_MT_LIST(GG_ADAM_SLOT)) {
@@ -182,8 +216,11 @@ adam_multi_update_(const double* __restrict__ hyper, const float* __restrict__ s
     {                                                                                                  \
         long long i = slot_start(offset);                                                              \
         if (i < n##k) adam_corrections(s, lr, beta1, beta2, *step##k + 1);                             \
-        for (; i < n##k; i += (long long)blockDim.x * gridDim.x)                                       \
-            adam_elem(p##k[i], g##k[i], m##k[i], v##k[i], vmax##k ? vmax##k + i : nullptr, s);         \
+        for (; i < n##k; i += (long long)blockDim.x * gridDim.x) {                                     \
+            T p = master_in(p##k, q##k, i);                                                            \
+            adam_elem(p, gg::load_math(g##k[i]), m##k[i], v##k[i], vmax##k ? vmax##k + i : nullptr, s); \
+            master_out(p##k, q##k, i, p);                                                              \
+        }                                                                                              \
         offset += n##k;                                                                                \
     }
     GG_MT_EACH(GG_ADAM_RUN)
@@ -196,14 +233,14 @@ adam_multi_update_(const double* __restrict__ hyper, const float* __restrict__ s
 // g = -g (maximize); g = g + wd * p; sq = sq * alpha + (1 - alpha) * g * g;
 // centered: ga = lerp(ga, g, 1 - alpha), avg = sqrt(sq - ga * ga) + eps; else avg = sqrt(sq) + eps;
 // momentum buffer b: b = momentum * b + g / avg, p = p - lr * b; else p = p - lr * g / avg.
-// hyper = [lr, alpha, eps, weight_decay, momentum, maximize] (double, on the device). Slot k: parameter p, gradient g,
-// square average sq, gradient average ga (null unless centered), momentum buffer b (null without momentum), n
+// hyper = [lr, alpha, eps, weight_decay, momentum, maximize] (double, on the device). Slot k: parameter (or master) p,
+// low-precision parameter q (null unless G is bf16 / f16), gradient g, square average sq, gradient average ga (null unless centered), momentum buffer b (null without momentum), n
 // elements. (torch's step count is informational for RMSprop: the optimizer keeps it on the host.)
 // Op: optim.RMSprop.step.
 #define GG_RMSPROP_SLOT(k)                                                                                  \
-    T* __restrict__ p##k, const T* __restrict__ g##k, T* __restrict__ sq##k, T* __restrict__ ga##k,         \
-        T* __restrict__ b##k, long long n##k
-template <typename T>
+    T* __restrict__ p##k, G* __restrict__ q##k, const G* __restrict__ g##k, T* __restrict__ sq##k,          \
+        T* __restrict__ ga##k, T* __restrict__ b##k, long long n##k
+template <typename G, typename T = gg::math_t<G>>
 __global__ void __launch_bounds__(256)
 rmsprop_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, GG_MT_LIST(GG_RMSPROP_SLOT)) {
     if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
@@ -213,7 +250,9 @@ rmsprop_multi_update_(const double* __restrict__ hyper, const float* __restrict_
     long long offset = 0;
 #define GG_RMSPROP_RUN(k)                                                                                      \
     for (long long i = slot_start(offset); i < n##k; i += (long long)blockDim.x * gridDim.x) {                 \
-        T g = maximize ? -g##k[i] : g##k[i], p = p##k[i];                                                      \
+        T g = gg::load_math(g##k[i]);                                                                          \
+        const T p = master_in(p##k, q##k, i);                                                                  \
+        if (maximize) g = -g;                                                                                  \
         if (decay) g = g + wd * p;                                                                             \
         const T sq = sq##k[i] * alpha + w * g * g;                                                             \
         sq##k[i] = sq;                                                                                         \
@@ -227,9 +266,9 @@ rmsprop_multi_update_(const double* __restrict__ hyper, const float* __restrict_
         if (b##k) {                                                                                            \
             const T b = b##k[i] * mom + g / avg;                                                               \
             b##k[i] = b;                                                                                       \
-            p##k[i] = p + neg_lr * b;                                                                          \
+            master_out(p##k, q##k, i, p + neg_lr * b);                                                         \
         } else {                                                                                               \
-            p##k[i] = p + neg_lr * (g / avg);                                                                  \
+            master_out(p##k, q##k, i, p + neg_lr * (g / avg));                                                 \
         }                                                                                                      \
     }                                                                                                          \
     offset += n##k;
@@ -241,13 +280,13 @@ rmsprop_multi_update_(const double* __restrict__ hyper, const float* __restrict_
 // ---- Adagrad, torch.optim.Adagrad semantics -------------------------------------------------------------------------
 // g = -g (maximize); g = g + wd * p; clr = lr / (1 + (step - 1) * lr_decay) (step >= 1, after the increment);
 // sum = sum + g * g; p = p - clr * g / (sqrt(sum) + eps).
-// hyper = [lr, lr_decay, weight_decay, eps, maximize] (double, on the device). Slot k: parameter p, gradient g, the
-// sum of squares s, its step count (int64, the steps taken so far), n elements; unused slots have n = 0 and a null
+// hyper = [lr, lr_decay, weight_decay, eps, maximize] (double, on the device). Slot k: parameter (or master) p,
+// low-precision parameter q (null unless G is bf16 / f16), gradient g, the sum of squares s, its step count (int64, the steps taken so far), n elements; unused slots have n = 0 and a null
 // step. Counts advance as Adam's (last_block). Op: optim.Adagrad.step.
 #define GG_ADAGRAD_SLOT(k)                                                                                  \
-    T* __restrict__ p##k, const T* __restrict__ g##k, T* __restrict__ s##k, long long* __restrict__ step##k, \
-        long long n##k
-template <typename T>
+    T* __restrict__ p##k, G* __restrict__ q##k, const G* __restrict__ g##k, T* __restrict__ s##k,           \
+        long long* __restrict__ step##k, long long n##k
+template <typename G, typename T = gg::math_t<G>>
 __global__ void __launch_bounds__(256)
 adagrad_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip,
                       unsigned int* __restrict__ ticket, GG_MT_LIST(GG_ADAGRAD_SLOT)) {
@@ -263,11 +302,13 @@ adagrad_multi_update_(const double* __restrict__ hyper, const float* __restrict_
         long long i = slot_start(offset);                                                                      \
         if (i < n##k) neg_clr = T(-lr / (1.0 + (double)*step##k * lr_decay));                                  \
         for (; i < n##k; i += (long long)blockDim.x * gridDim.x) {                                             \
-            T g = maximize ? -g##k[i] : g##k[i], p = p##k[i];                                                  \
+            T g = gg::load_math(g##k[i]);                                                                      \
+            const T p = master_in(p##k, q##k, i);                                                              \
+            if (maximize) g = -g;                                                                              \
             if (decay) g = g + wd * p;                                                                         \
             const T s = s##k[i] + g * g;                                                                       \
             s##k[i] = s;                                                                                       \
-            p##k[i] = p + neg_clr * (g / (gg::sqrt_(s) + eps));                                                \
+            master_out(p##k, q##k, i, p + neg_clr * (g / (gg::sqrt_(s) + eps)));                              \
         }                                                                                                      \
         offset += n##k;                                                                                        \
     }
@@ -287,14 +328,15 @@ adagrad_multi_update_(const double* __restrict__ hyper, const float* __restrict_
 template <typename T>
 __global__ void __launch_bounds__(256)
 amp_unscale_multi_(const float* __restrict__ scale, float* __restrict__ found_inf, GG_MT_LIST(GG_UNSCALE_SLOT)) {
-    const T inv = T((float)(1.0 / (double)*scale));
+    using M = gg::math_t<T>;  // float16 / bfloat16 gradients: checked and unscaled in float, rounded once
+    const M inv = M((float)(1.0 / (double)*scale));
     bool bad = false;
     long long offset = 0;
 #define GG_UNSCALE_RUN(k)                                                                              \
     for (long long i = slot_start(offset); i < n##k; i += (long long)blockDim.x * gridDim.x) {         \
-        const T v = g##k[i];                                                                           \
-        bad |= v != v || fabs(v) == gg::inf<T>();                                                      \
-        g##k[i] = v * inv;                                                                             \
+        const M v = gg::load_math(g##k[i]);                                                            \
+        bad |= v != v || fabs(v) == gg::inf<M>();                                                      \
+        g##k[i] = gg::store_math<T>(v * inv);                                                          \
     }                                                                                                  \
     offset += n##k;
     GG_MT_EACH(GG_UNSCALE_RUN)

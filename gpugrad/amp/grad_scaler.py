@@ -94,7 +94,10 @@ class GradScaler:
                 g = p._grad
                 if g is None:
                     continue
-                if g._data.dtype == np.float16:
+                # torch refuses float16 gradients, as its optimizers would step float16 parameters in float16;
+                # gpugrad's update them through float32 master weights (optim.optimizer), so only other
+                # optimizers (no _skip hook) keep torch's refusal
+                if g._data.dtype == np.float16 and not hasattr(optimizer, "_skip"):
                     raise ValueError("Attempting to unscale FP16 gradients.")
                 if g._backend is not be:
                     raise RuntimeError(f"GradScaler: a gradient on {g.device}, the scale on {be.device}; one "

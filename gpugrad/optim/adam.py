@@ -9,7 +9,8 @@ class Adam(Optimizer):
     ``decoupled_weight_decay=True``);  m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2;
     amsgrad: vmax = max(vmax, v), used for v below;  p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
 
-    Each step is one ``adam_multi_update_`` launch per group and (device, dtype) for up to 16 parameters, in place.
+    Each step is one ``adam_multi_update_`` launch per group and (device, dtype) for up to 16 parameters, in place
+    (float16 and bfloat16 parameters through float32 master weights, see :mod:`gpugrad.optim.optimizer`).
     The step count t of each parameter is an int64 0-d array on its device (``state["step"]``), advanced by the
     kernel, which also computes the bias corrections from it; lr, betas, eps, weight_decay and maximize are read
     from the device (see :mod:`gpugrad.optim.optimizer`). ``state_dict()`` reports t as a float32 Tensor, as torch.
@@ -38,15 +39,16 @@ class Adam(Optimizer):
     def _update(self, be, params, states, group, hyper):
         amsgrad = bool(group["amsgrad"])
         for p, st in zip(params, states):
-            if not st:  # torch's order of the state's entries
+            if "exp_avg" not in st:  # torch's order of the state's entries
                 st.update(step=0, exp_avg=self._zeros(p), exp_avg_sq=self._zeros(p))
             if amsgrad and "max_exp_avg_sq" not in st:
                 st["max_exp_avg_sq"] = self._zeros(p)
+        targets, low = self._targets(params, states)
         be.kernels.adam_multi_update_(be.xp, hyper, self._ticket(be), group["decoupled_weight_decay"], amsgrad,
-                                      *(p._data for p in params), *(p._grad._data for p in params),
+                                      *targets, *(p._grad._data for p in params),
                                       *(st["exp_avg"] for st in states), *(st["exp_avg_sq"] for st in states),
                                       *((st["max_exp_avg_sq"] for st in states) if amsgrad else ()),
-                                      *[self._count(be, st) for st in states], skip=self._skip(be))
+                                      *[self._count(be, st) for st in states], skip=self._skip(be), low_params=low)
 
 
 class AdamW(Adam):

@@ -10,6 +10,16 @@ group and device, which the kernel reads: it is written (a host-to-device copy o
 when a value changed, so a step whose options did not change copies nothing to the device and can be captured in a
 CUDA graph, and a replay of that graph reads the options current at replay time (LR schedulers refresh them right
 after they change lr; see :meth:`Optimizer.refresh_hyperparameters`). Adam's step counts live on the device too.
+
+float16 and bfloat16 parameters are updated through float32 master weights, as mixed-precision training keeps them:
+their state holds ``state[p]["master_param"]``, a float32 copy made from the parameter at its first step (or taken
+from a loaded state dict), and float32 optimizer state. Each step runs the float32 update on the master, with the
+parameter's low-precision gradient widened, exactly as for a float32 parameter, and writes the new master rounded to
+nearest even into the parameter, so a step below half an ulp of the parameter is kept in the master instead of being
+rounded away. A parameter changed outside the optimizer (``p.data.copy_(...)``, a model's ``load_state_dict``, an
+init) is re-read: at every step, each element whose value is no longer its master's rounding restarts its master
+from that value (in the update kernel itself, so writes through ``.data``, which no version counter sees, and changes
+between replays of a captured step are caught; the elements left alone keep their master's extra bits).
 """
 from __future__ import annotations
 
@@ -19,11 +29,13 @@ import numpy as np
 
 from gpugrad._tensor import Tensor
 from gpugrad.backend import backend_of, capture as _capture, on
-from gpugrad.backend.reference import LOW, float16_params_error
+from gpugrad.backend.reference import LOW
 from gpugrad.core.backprop import clear_grad
 from gpugrad.core.grad_mode import enable_grad, no_grad
 from gpugrad.creation import tensor
 from gpugrad.dtypes import is_float
+
+MASTER = "master_param"  # the float32 master copy of a float16 or bfloat16 parameter, in its state
 
 
 def _is_array(v):
@@ -44,6 +56,11 @@ def _saved(name, v):
         return v
     with on(backend_of(v)):
         return Tensor._wrap(v.copy(), backend_of(v))
+
+
+def _state_dtype(p):
+    """The dtype of ``p``'s optimizer state: float32 for float16 and bfloat16 parameters (with their master copy)."""
+    return np.dtype(np.float32) if p._data.dtype in LOW else p._data.dtype
 
 
 def check_options(group, *names):
@@ -117,7 +134,6 @@ class Optimizer:
                 raise ValueError("can't optimize a non-leaf Tensor")
             if not is_float(p.dtype):
                 raise TypeError(f"optimizer can only optimize floating-point Tensors, got {p.dtype}")
-            self._check_float16(p)
         if len(set(params)) != len(params):
             raise ValueError("optimizer contains a parameter group with duplicate parameters")
         taken = {p for g in self.param_groups for p in g["params"]}
@@ -161,7 +177,7 @@ class Optimizer:
                 buckets = {}  # (backend, dtype) -> the group's parameters there that have a gradient
                 for p in group["params"]:
                     if p._grad is not None:
-                        self._check_float16(p)
+                        self._check_grad(p)
                         buckets.setdefault((p._backend, p.dtype), []).append(p)
                 for (be, _), ps in buckets.items():
                     try:
@@ -210,11 +226,31 @@ class Optimizer:
             entry[0] = values
         return entry[1]
 
-    def _check_float16(self, p):
-        # NOTE: refused on every device, here and in the update kernels (see reference._UPDATES for why); checked
-        # again at each step because Module.to(dtype) may cast a parameter after the optimizer was built.
-        if p._data.dtype in LOW:
-            raise float16_params_error(type(self).__name__, p.shape, p.dtype)
+    def _check_grad(self, p):
+        # NOTE: checked at each step: Module.to(dtype) or p.data = ... may cast a parameter after its gradient was made
+        g = p._grad._data
+        if g.dtype != p._data.dtype:
+            raise TypeError(f"{self._step_name()}: a parameter of shape {tuple(p.shape)} and dtype {p.dtype} has a "
+                            f"gradient of dtype {g.dtype}; the gradient must have the parameter's dtype (float16 and "
+                            "bfloat16 parameters are updated through float32 masters from gradients of their own "
+                            "dtype): set p.grad = None before the next backward, or cast it with "
+                            "p.grad = p.grad.to(p.dtype)")
+
+    def _targets(self, params, states):
+        """(the arrays the update kernel updates as the parameters, its ``low_params``) for ``params`` of one dtype:
+        the parameters themselves and None, or for float16 and bfloat16 parameters their float32 masters (made
+        from the parameters at their first step) and the parameters, which the kernel writes the masters into."""
+        if params[0]._data.dtype not in LOW:
+            for st in states:  # a parameter cast back to float32 or float64 is its own master again
+                st.pop(MASTER, None)
+            return [p._data for p in params], None
+        for p, st in zip(params, states):
+            m = st.get(MASTER)
+            if m is None or tuple(m.shape) != tuple(p.shape):
+                _capture.refuse_missing(self._step_name(), f"the float32 master copy of a {p.dtype} parameter of "
+                                                           f"shape {tuple(p.shape)}")
+                st[MASTER] = p._backend.xp.array(p._data, dtype=np.float32, order="C")
+        return [st[MASTER] for st in states], [p._data for p in params]
 
     # hooks, see the module docstring
     def _hyper_values(self, group):
@@ -227,7 +263,7 @@ class Optimizer:
         """A new state buffer for ``p``. NOTE: inside a capture it would be a recorded fill, so every replay would
         reset it (CuPy captures fills and memsets): refused."""
         _capture.refuse_missing(self._step_name(), f"the state of a parameter of shape {tuple(p.shape)}")
-        return p._backend.xp.full(p.shape, value, dtype=p.dtype)  # C-contiguous: the kernels update it in place
+        return p._backend.xp.full(p.shape, value, dtype=_state_dtype(p))  # C-contiguous: updated in place
 
     def _ticket(self, be):
         """The block counter of the kernels that advance step counts on ``be``'s device."""
@@ -256,8 +292,10 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
-        """Restore options and state (copied onto each parameter's device and dtype); the step count, momentum
-        and moment buffers continue exactly where the saved optimizer stopped."""
+        """Restore options and state (copied onto each parameter's device and state dtype: float32 for float16 and
+        bfloat16 parameters); the step count, momentum and moment buffers continue exactly where the saved optimizer
+        stopped. A float16 or bfloat16 parameter's master copy is restored too; a state dict without one (saved by
+        torch, or for a float32 parameter) makes it from the parameter at the next step."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
             raise ValueError(f"loaded state dict has {len(groups)} parameter groups, the optimizer has "
@@ -290,7 +328,8 @@ class Optimizer:
         if tuple(v.shape) != tuple(p.shape):
             raise ValueError(f"loaded state {name!r} of parameter {idx} has shape {tuple(v.shape)}, but the "
                              f"parameter has shape {tuple(p.shape)}")
-        with on(p._backend):  # a fresh, contiguous buffer in the parameter's dtype on its device
+        dtype = _state_dtype(p)
+        with on(p._backend):  # a fresh, contiguous buffer in the state's dtype on the parameter's device
             if src is p._backend:
-                return src.xp.array(v, dtype=p.dtype, order="C", copy=True)
-            return p._backend.asarray(np.array(src.to_host(v), dtype=p.dtype, copy=True))
+                return src.xp.array(v, dtype=dtype, order="C", copy=True)
+            return p._backend.asarray(np.array(src.to_host(v), dtype=dtype, copy=True))

@@ -31,17 +31,19 @@ class RMSprop(Optimizer):
     def _update(self, be, params, states, group, hyper):
         momentum, centered = group["momentum"] > 0, bool(group["centered"])  # NOTE: host decisions, as SGD's
         for p, st in zip(params, states):
-            if not st:
+            if "square_avg" not in st:
                 st.update(step=0, square_avg=self._zeros(p))
             if momentum and "momentum_buffer" not in st:
                 st["momentum_buffer"] = self._zeros(p)
             if centered and "grad_avg" not in st:
                 st["grad_avg"] = self._zeros(p)
             st["step"] = int(st["step"]) + 1
-        be.kernels.rmsprop_multi_update_(be.xp, hyper, centered, momentum, *(p._data for p in params),
+        targets, low = self._targets(params, states)
+        be.kernels.rmsprop_multi_update_(be.xp, hyper, centered, momentum, *targets,
                                          *(p._grad._data for p in params), *(st["square_avg"] for st in states),
                                          *((st["grad_avg"] for st in states) if centered else ()),
-                                         *((st["momentum_buffer"] for st in states) if momentum else ()), skip=self._skip(be))
+                                         *((st["momentum_buffer"] for st in states) if momentum else ()),
+                                         skip=self._skip(be), low_params=low)
 
 
 class Adagrad(Optimizer):
@@ -73,6 +75,8 @@ class Adagrad(Optimizer):
         return g["lr"], g["lr_decay"], g["weight_decay"], g["eps"], g["maximize"]
 
     def _update(self, be, params, states, group, hyper):
-        be.kernels.adagrad_multi_update_(be.xp, hyper, self._ticket(be), *(p._data for p in params),
+        targets, low = self._targets(params, states)
+        be.kernels.adagrad_multi_update_(be.xp, hyper, self._ticket(be), *targets,
                                          *(p._grad._data for p in params), *(st["sum"] for st in states),
-                                         *[self._count(be, st) for st in states], skip=self._skip(be))
+                                         *[self._count(be, st) for st in states], skip=self._skip(be),
+                                         low_params=low)

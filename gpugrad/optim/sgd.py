@@ -8,7 +8,8 @@ class SGD(Optimizer):
     """d = -g (maximize) or g;  d += weight_decay * p;  buf = d on the first step, else
     momentum * buf + (1 - dampening) * d;  d = d + momentum * buf (nesterov) or buf (momentum != 0);  p -= lr * d.
 
-    Each step is one ``sgd_multi_update_`` launch per group and (device, dtype) for up to 16 parameters, in place;
+    Each step is one ``sgd_multi_update_`` launch per group and (device, dtype) for up to 16 parameters, in place
+    (float16 and bfloat16 parameters through float32 master weights, see :mod:`gpugrad.optim.optimizer`);
     lr, momentum, dampening, weight_decay, nesterov and maximize are read from the device (see
     :mod:`gpugrad.optim.optimizer`). ``foreach`` and ``fused`` are accepted and recorded: every step is fused.
 
@@ -38,5 +39,6 @@ class SGD(Optimizer):
                 if new:
                     st["momentum_buffer"] = self._zeros(p)
             bufs = [st["momentum_buffer"] for st in states]
-        be.kernels.sgd_multi_update_(be.xp, hyper, first, *(p._data for p in params),
-                                     *(p._grad._data for p in params), *bufs, skip=self._skip(be))
+        targets, low = self._targets(params, states)
+        be.kernels.sgd_multi_update_(be.xp, hyper, first, *targets, *(p._grad._data for p in params), *bufs,
+                                     skip=self._skip(be), low_params=low)

@@ -54,7 +54,7 @@ def _vector_forms(name):
     """The 16-byte load and store forms of a kernel's element type (the first template argument's, also the
     output type of every pointwise Op)."""
     ctype = name.split("<")[-1].split(",")[0].split(">")[0]
-    v = {"float": "v4.f32", "double": "v2.f64", "gg::bf16": "v4.u32"}[ctype]  # bfloat16: 8 x 16 bits as 4 words
+    v = {"float": "v4.f32", "double": "v2.f64", "gg::bf16": "v4.u32", "gg::f16": "v4.u32"}[ctype]  # 8 x 16 bits: 4 words
     return f"ld.global.nc.{v}", f"st.global.{v}"
 
 
@@ -73,7 +73,7 @@ def test_vectorized_kernels_issue_16_byte_accesses():
             assert load in forms, f"{family}:{name} has no {load}: {sorted(forms)}"
             assert base == "logsumexp_fwd" or store in forms, f"{family}:{name} has no {store}: {sorted(forms)}"
             checked += 1
-    assert checked == len(kernels.POINTWISE_OPS) + 2 * len(teams)
+    assert checked == len(kernels.POINTWISE_OPS) + len(kernels.STORAGE_CTYPES) * len(teams)
 
 
 def test_vectorized_and_row_kernels_keep_two_blocks_per_sm(results):

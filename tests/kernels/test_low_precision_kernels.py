@@ -1,7 +1,7 @@
-"""The bfloat16 kernels (elementwise.cu's activations, their backward and bias + activation instantiated for
-``gg::bf16``): at the kernel table's shapes, under the CPU emulator, each runs its own bfloat16 instantiation (no
-cast to float32 first) and equals its NumPy reference (computed in float32 and rounded to bfloat16 with ml_dtypes) to
-within one bfloat16 rounding; the storage conversions round exactly as ml_dtypes does."""
+"""The float16 and bfloat16 kernels (every launcher with instantiations of its own for ``gg::f16`` and ``gg::bf16``,
+names.LOW_OPS and LOW_KERNELS): at the kernel table's shapes, under the CPU emulator, each runs its own low-precision
+instantiation (no cast to float32 first) and equals its NumPy reference (computed in float32 and rounded with NumPy /
+ml_dtypes) to within one rounding of the low dtype; the storage conversions round exactly as NumPy and ml_dtypes do."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -9,56 +9,59 @@ import numpy as np
 import pytest
 
 from gpugrad.backend import kernels, reference
-from gpugrad.backend.kernels.elementwise import NATIVE_BF16
-from gpugrad.backend.kernels.names import BF16_OPS
+from gpugrad.backend.kernels.names import LOW_OPS
 from tests.kernel_cases import CASES, TOLERANCE, rng_for
 
-try:
-    from gpugrad.testing.cuda_emu import EmuRuntime, compiler_available
-except ImportError as e:  # pragma: no cover
-    EmuRuntime, _MISSING = None, f"CPU emulator not importable: {e}"
-else:
-    _MISSING = None if compiler_available() else "CPU emulator: no C++ compiler found"
-
-BF16 = np.dtype(ml_dtypes.bfloat16)
-ROWS = [pytest.param(c, s, id=f"{c.id}-{'x'.join(map(str, s))}") for c in CASES if c.name in NATIVE_BF16
-        for s in c.shapes]
+BF16, HALF, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
+LOW = {BF16: 2.0 ** -7, HALF: 2.0 ** -10}  # dtype -> its relative rounding step (one ulp at 1)
+ROWS = [pytest.param(c, d, s, id=f"{c.id}-{d.name}-{'x'.join(map(str, s))}") for c in CASES if c.name in kernels.NATIVE_LOW
+        for d in LOW for s in c.shapes]
 
 
-@pytest.fixture(scope="module")
-def emu():
-    if _MISSING:
-        pytest.skip(_MISSING)
-    return EmuRuntime(source_for_family=kernels.source, include_dirs=[str(kernels.kernel_dir())])
-
-
-@pytest.mark.parametrize("case, shape", ROWS)
-def test_bf16_kernels_equal_the_float32_reference_rounded(emu, case, shape):
-    args, kwargs = case.make(rng_for(case, BF16, shape), BF16.type, shape)
-    assert any(getattr(a, "dtype", None) == BF16 for a in args)
-    want = getattr(reference, case.name)(np, *args, **kwargs)
+@pytest.mark.parametrize("case, dtype, shape", ROWS)
+def test_low_precision_kernels_equal_the_float32_reference_rounded(emu, case, dtype, shape):
+    args, kwargs = case.make(rng_for(case, dtype, shape), dtype.type, shape)
+    assert any(getattr(a, "dtype", None) == dtype for a in args)
+    # in-place arguments (accumulate_'s sum, the unscaled gradients and found_inf) each get their own copy, and are
+    # compared after the returned values
+    r_args = [a.copy() if i in case.inplace and a is not None else a for i, a in enumerate(args)]
+    k_args = [a.copy() if i in case.inplace and a is not None else a for i, a in enumerate(args)]
+    want = getattr(reference, case.name)(np, *r_args, **kwargs)
     with kernels.use_runtime(emu):
-        got = getattr(kernels, case.name)(np, *args, **kwargs)
-    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype == BF16 and g.shape == w.shape
-        # both round a float32 value, one bfloat16 ulp apart at most where float32 results differ in their last bits
-        # (library exp/tanh) across a rounding boundary; absolutely, the float32 row's own atol (gelu's cancellation)
-        atol = (case.tolerance or TOLERANCE)[np.dtype(np.float32)][1]
-        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=2.0 ** -7, atol=atol,
-                                   equal_nan=True)
+        got = getattr(kernels, case.name)(np, *k_args, **kwargs)
+    got, want = (got, want) if isinstance(want, tuple) else ((), ()) if want is None else ((got,), (want,))
+    inplace = [i for i in case.inplace if args[i] is not None]
+    returned = len(got)
+    got, want = (*got, *(k_args[i] for i in inplace)), (*want, *(r_args[i] for i in inplace))
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        # the result is in the low dtype; what an op only saves for its backward (lse, layer norm's mean and rstd)
+        # stays float32 (reference.opmath); in-place arguments keep their own dtypes
+        if k < returned:
+            assert w.dtype == dtype if k == 0 else w.dtype in (dtype, F32)
+        if w.dtype.kind not in "fV":  # cross-entropy's status words
+            np.testing.assert_array_equal(g, w)
+            continue
+        # both round a float32 value, one ulp of the low dtype apart at most where float32 results differ in their
+        # last bits (library exp/tanh) across a rounding boundary; absolutely, the float32 row's own atol (gelu's
+        # cancellation); a float32 result has the float32 row's tolerance
+        rtol, atol = (case.tolerance or TOLERANCE)[F32]
+        np.testing.assert_allclose(g.astype(F32), w.astype(F32), rtol=LOW[dtype] if w.dtype == dtype else rtol,
+                                   atol=atol, equal_nan=True)
 
 
-def test_contiguous_bf16_arrays_run_the_bf16_instantiation_and_others_are_cast(emu, monkeypatch):
+@pytest.mark.parametrize("dtype, ctype", [(BF16, "gg::bf16"), (HALF, "gg::f16")])
+def test_contiguous_low_precision_arrays_run_their_instantiation_and_others_are_cast(emu, monkeypatch, dtype, ctype):
     seen = []
     raw = emu.raw_kernel
     monkeypatch.setattr(emu, "raw_kernel", lambda family, name: seen.append(name) or raw(family, name))
-    x = np.random.default_rng(0).standard_normal((6, 40)).astype(BF16)
+    x = np.random.default_rng(0).standard_normal((6, 40)).astype(dtype)
     with kernels.use_runtime(emu):
         kernels.relu_fwd(np, x)
         kernels.relu_fwd(np, x[:, ::2])  # not contiguous: cast to float32 (reference.opmath), the float kernel
-    assert seen[0] == "pointwise<ActFwd<gg::bf16, pw::relu>>" and "gg::bf16" not in "".join(seen[1:])
-    assert "ActFwd<gg::bf16, pw::relu>" in BF16_OPS
+        kernels.bias_act_fwd(np, x, np.ones(40, np.float32), "relu")  # two dtypes: cast as well
+    assert seen[0] == f"pointwise<ActFwd<{ctype}, pw::relu>>" and ctype not in "".join(seen[1:])
+    assert f"ActFwd<{ctype}, pw::relu>" in LOW_OPS
 
 
 def test_storage_conversion_rounds_as_ml_dtypes(emu):
@@ -76,3 +79,24 @@ def test_storage_conversion_rounds_as_ml_dtypes(emu):
     nan = np.isnan(want.astype(np.float32))
     np.testing.assert_array_equal(y.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
     assert np.isnan(y.astype(np.float32)[nan]).all()
+
+
+def test_float16_storage_conversion_rounds_as_numpy(emu):
+    """The kernel's float -> float16 rounding (to nearest, ties to even; subnormals, overflow to inf, inf, NaN) and
+    its widening, against NumPy's, over every float16 bit pattern: leaky_relu's negative side is one float32 product
+    x * slope, exact in IEEE arithmetic on both sides, so only the final rounding can differ. Slope 0.5 halves every
+    value (exact ties to even where a subnormal's last bit falls off), 1.3 rounds and overflows past 65504, and relu
+    of a positive value is its widening narrowed back (the identity)."""
+    every = np.arange(2 ** 16, dtype=np.uint16).view(HALF)
+    negative = every[np.signbit(every) | np.isnan(every)]
+    for slope in (0.5, 1.3):
+        with kernels.use_runtime(emu):
+            y = kernels.leaky_relu_fwd(np, negative, slope)
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = (negative.astype(np.float32) * np.float32(slope)).astype(HALF)
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(y.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+        assert np.isnan(y[nan]).all()
+    positive = every[~np.isnan(every) & (every > 0)]
+    with kernels.use_runtime(emu):
+        np.testing.assert_array_equal(kernels.relu_fwd(np, positive).view(np.uint16), positive.view(np.uint16))

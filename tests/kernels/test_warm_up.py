@@ -53,11 +53,14 @@ def test_instantiations_cover_what_each_launcher_launches(case, dtype):
 
 def test_instantiations_of_every_launcher_and_dtype_are_every_name_expression():
     every = {(f, e) for f, names in kernels.NAME_EXPRESSIONS.items() for e in names}
-    assert set(kernels.instantiations(dtypes=("float32", "float64", "bfloat16"))) == every
+    assert set(kernels.instantiations(dtypes=("float32", "float64", "bfloat16", "float16"))) == every
     assert kernels.instantiations(["relu_fwd"], ["bfloat16"]) == [("elementwise", "pointwise<ActFwd<float, pw::relu>>"),
                                                                   ("elementwise", "pointwise<ActFwd<gg::bf16, pw::relu>>")]
     assert kernels.instantiations(["adam_multi_update_"]) == [("optim", "adam_multi_update_<float>")]
-    assert kernels.instantiations(["relu_fwd"], ["float16"]) == [("elementwise", "pointwise<ActFwd<float, pw::relu>>")]
+    assert kernels.instantiations(["relu_fwd"], ["float16"]) == [("elementwise", "pointwise<ActFwd<float, pw::relu>>"),
+                                                                 ("elementwise", "pointwise<ActFwd<gg::f16, pw::relu>>")]
+    assert kernels.instantiations(["softmax_fwd"], ["float16"]) == [("reduce", "softmax_fwd<float>"),
+                                                                    ("reduce", "softmax_fwd<gg::f16>")]
     with pytest.raises(ValueError, match="'relu' is not a kernel launcher"):
         kernels.instantiations(["relu"])
     with pytest.raises(ValueError, match="dtypes must be among"):

@@ -17,18 +17,19 @@ Runtime protocol: ``xp``; ``raw_kernel(family, name_expr)`` -> ``k(grid, block, 
 ``empty(shape, dtype)``, ``zeros(shape, dtype)``, ``ascontiguousarray(a)``.
 Scalar kernel arguments are passed as Python ``int`` (-> ``long long``) and ``float`` (-> ``double``), the types
 CuPy gives Python scalars, so every raw kernel declares its scalars as ``long long`` / ``double``.
-Like the references, launchers accept any layout (in-place buffers too) and float16, which the shared
-``reference.opmath`` wrapper computes in float32; the kernels themselves are float and double only.
+Like the references, launchers accept any layout (in-place buffers too) and float16 and bfloat16: the launchers in
+``NATIVE_LOW`` run contiguous ones in kernels instantiated for them (common.cuh gg::f16, gg::bf16, computed in
+float), the others through the shared ``reference.opmath`` wrapper, which computes them in float32.
 """
 from __future__ import annotations
 
-from gpugrad.backend.kernels import elementwise
+from gpugrad.backend.kernels import elementwise, loss, norm, optim, reduce
 from gpugrad.backend.kernels.check import STATUS_WORDS, check_finite, check_index
 from gpugrad.backend.kernels.elementwise import accumulate_, bias_act_bwd, bias_act_fwd, copy_, dropout_bwd, dropout_fwd
 from gpugrad.backend.kernels.launch import ROW_BLOCK_MAX, TEAM_CACHE, row_block, row_plan
 from gpugrad.backend.kernels.loss import softmax_xent_bwd, softmax_xent_fwd, token_logprob_bwd, token_logprob_fwd
-from gpugrad.backend.kernels.names import (CTYPES, ELEMENTWISE, INDEX_CTYPES, NAME_EXPRESSIONS, POINTWISE_OPS,
-                                           RAW_KERNELS, USES, instantiations)
+from gpugrad.backend.kernels.names import (CTYPES, ELEMENTWISE, INDEX_CTYPES, LOW_CTYPES, NAME_EXPRESSIONS,
+                                           POINTWISE_OPS, RAW_KERNELS, STORAGE_CTYPES, USES, instantiations)
 from gpugrad.backend.kernels.norm import layer_norm_bwd, layer_norm_fwd
 from gpugrad.backend.kernels.optim import (adagrad_multi_update_, adam_multi_update_, adam_update_, amp_unscale_multi_,
                                            amp_update_scale_, rmsprop_multi_update_, set_hyper_, sgd_multi_update_,
@@ -42,3 +43,5 @@ from gpugrad.backend.kernels.validate import CALLS
 # The declared pointwise ops' launchers <op>_fwd / <op>_bwd (relu_fwd, gelu_bwd, ...) are generated, one per op and
 # direction, by elementwise._pointwise_launcher.
 globals().update({name: getattr(elementwise, name) for name in elementwise.POINTWISE_LAUNCHERS})
+# The launchers that run float16 and bfloat16 arrays in kernels of their own (the others cast them to float32).
+NATIVE_LOW = frozenset(n for m in (elementwise, reduce, loss, norm, optim) for n in m.NATIVE_LOW)

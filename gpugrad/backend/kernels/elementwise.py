@@ -52,7 +52,7 @@ def _pointwise_launcher(op, direction):
         arrays, params = args[:n], args[n:]
         if len(params) != len(decl.params):
             raise TypeError(f"{name}: expected parameters {tuple(p for p, _ in decl.params)}, got {params}")
-        ctype = _check_float(name, *arrays, bf16=True)  # bfloat16 arrives only contiguous (opmath: NATIVE_BF16)
+        ctype = _check_float(name, *arrays, low=True)  # float16 / bfloat16 arrive only contiguous (NATIVE_LOW)
         _check_shapes(name, arrays[0].shape, *arrays)
         CALLS[name] += 1
         p0, p1 = (tuple(float(p) for p in params) + (0.0, 0.0))[:2]
@@ -87,7 +87,7 @@ def bias_act_fwd(xp, x, b, act, *params):
     """(y, saved) with y = act(x + b), b (C,) broadcast over x's last axis; saved = z = x + b for an act whose
     backward reads its input, else y."""
     p0, p1 = _check_act("bias_act_fwd", act, params)
-    ctype = _check_float("bias_act_fwd", x, b, bf16=True)
+    ctype = _check_float("bias_act_fwd", x, b, low=True)
     if x.ndim < 1 or b.shape != (x.shape[-1],):
         raise ValueError(f"bias_act_fwd: expected x (..., C) and b (C,), got {_describe([x, b])}")
     CALLS["bias_act_fwd"] += 1
@@ -107,7 +107,7 @@ def bias_act_bwd(xp, x_or_y, gy, act, *params):
     """(gz, gb): gz = dL/d(x + b) from what bias_act_fwd saved, gb = gz summed over all leading axes."""
     name = "bias_act_bwd"
     p0, p1 = _check_act(name, act, params)
-    ctype = _check_float(name, x_or_y, gy)
+    ctype = _check_float(name, x_or_y, gy, low=True)
     _check_shapes(name, gy.shape, x_or_y)
     if gy.ndim < 1:
         raise ValueError(f"{name}: expected arrays of shape (..., C), got {_describe([gy])}")
@@ -124,7 +124,8 @@ def bias_act_bwd(xp, x_or_y, gy, act, *params):
     partial, gb = _column_out(rt, grid, cols, gy.dtype)
     rt.raw_kernel("elementwise", f"{name}<{ctype}, pw::{act}>")(
         grid, (32, 8), (saved2, gy2, gz.reshape(rows, cols), partial, rows, cols, per_chunk, p0, p1))
-    return gz, (gb if gb is not None else _column_sum(rt, partial))
+    # float16 / bfloat16: the column sums are float32 (launch._column_out), rounded once here or in _column_sum
+    return gz, (gb.astype(gy.dtype, copy=False) if gb is not None else _column_sum(rt, partial, gy.dtype))
 
 
 def _dropout_scale(name, p):
@@ -163,7 +164,7 @@ def dropout_bwd(xp, gy, mask, p):
 
 def accumulate_(xp, acc, g):
     """acc += g in place (same shape and dtype); returns acc."""
-    ctype = _check_float("accumulate_", acc, g)
+    ctype = _check_float("accumulate_", acc, g, low=True)
     _check_shapes("accumulate_", acc.shape, g)
     CALLS["accumulate_"] += 1
     if _contiguous(acc, g):
@@ -176,7 +177,7 @@ def accumulate_(xp, acc, g):
 def copy_(xp, dst, src):
     """dst[...] = src in place (same shape and dtype); returns dst. Contiguous arrays take the vectorized kernel
     (the identity activation), which ``gpugrad bench`` also times as the vectorized-copy bandwidth peak."""
-    ctype = _check_float("copy_", dst, src)
+    ctype = _check_float("copy_", dst, src, low=True)
     _check_shapes("copy_", dst.shape, src)
     CALLS["copy_"] += 1
     if _contiguous(dst, src):
@@ -186,6 +187,7 @@ def copy_(xp, dst, src):
     return dst
 
 
-# bfloat16 kernels of their own (contiguous arrays): the activations, their backward, bias + activation
-NATIVE_BF16 = (*POINTWISE_LAUNCHERS, "bias_act_fwd")
-opmath_all(globals(), native_bf16=NATIVE_BF16)  # float16 in float32, exactly as the references (reference.opmath)
+# float16 and bfloat16 kernels of their own (contiguous arrays; names.LOW_OPS): the activations, their backward, bias +
+# activation both ways, gradient accumulation and copies
+NATIVE_LOW = (*POINTWISE_LAUNCHERS, "bias_act_fwd", "bias_act_bwd", "accumulate_", "copy_")
+opmath_all(globals(), native=dict.fromkeys(NATIVE_LOW, "same"))  # the others: float16 / bfloat16 in float32

@@ -2,7 +2,11 @@
 sums (sum_rows, the bias and LayerNorm weight gradients)."""
 from __future__ import annotations
 
-from gpugrad.backend.kernels.names import CTYPES, _expr
+import numpy as np
+
+from gpugrad.backend.kernels.names import LOW_CTYPES, STORAGE_CTYPES, _expr
+
+ROW_CACHE = {2: 8, 4: 8, 8: 4}  # itemsize -> elements a thread holds per row chunk (= common.cuh RowCache<T>::K)
 
 
 def row_block(cols: int, itemsize: int) -> int:
@@ -10,7 +14,7 @@ def row_block(cols: int, itemsize: int) -> int:
     cache per thread (8 floats / 4 doubles, common.cuh RowCache), so rows that fit are read once. Powers of two
     >= 32 because block reductions need whole warps; small blocks for short rows keep many rows per SM;
     1024 is the hardware limit, beyond it threads loop over chunks."""
-    need = -(-cols // (32 // itemsize))
+    need = -(-cols // ROW_CACHE[itemsize])
     block = 32
     while block < need and block < 1024:
         block *= 2
@@ -19,7 +23,7 @@ def row_block(cols: int, itemsize: int) -> int:
 
 ROW_BLOCK_MAX = 512  # = __launch_bounds__(512, 2) of the reduce.cu / norm.cu row kernels: two blocks per SM
 _TEAM_BLOCK = 128  # threads per block when lanes of a warp own short rows: 128 / G rows per block
-TEAM_CACHE = {4: 8, 8: 2}  # itemsize -> elements a thread holds per row chunk (= common.cuh TeamCache<T>::K)
+TEAM_CACHE = {2: 8, 4: 8, 8: 2}  # itemsize -> elements a thread holds per row chunk (= common.cuh TeamCache<T>::K)
 
 
 def row_plan(cols: int, itemsize: int) -> tuple:
@@ -39,7 +43,7 @@ def _launch_team_rows(rt, family, kernel, x, arrays, *scalars):
     if rows:
         lanes, block = row_plan(cols, x.dtype.itemsize)
         grid = rows if lanes == 0 else -(-rows // (block // lanes))
-        rt.raw_kernel(family, _expr(kernel, CTYPES[x.dtype.name]))(
+        rt.raw_kernel(family, _expr(kernel, STORAGE_CTYPES[x.dtype.name]))(
             (grid,), (block,), (*arrays, rows, cols, lanes, *scalars))
 
 
@@ -57,27 +61,33 @@ def _column_plan(rows, cols):
 
 
 def _column_out(rt, grid, cols, dtype):
-    """(dst, result) for a column kernel launched on ``grid``. One row chunk: dst is a (1, cols) view of a fresh
-    (cols,) result, which the kernel writes straight into. Several: dst holds the (chunks, cols) partials and
-    result is None (_column_sum adds them).
+    """(dst, result) for a column kernel launched on ``grid`` over a ``dtype`` array. One row chunk: dst is a
+    (1, cols) view of a fresh (cols,) result, which the kernel writes straight into. Several: dst holds the
+    (chunks, cols) partials and result is None (_column_sum adds them). Both are in the kernels' math dtype: float32
+    for float16 and bfloat16 (their sum_rows and layer_norm_bwd_wb write float partials and sums, which the caller
+    rounds once, _column_sum's ``dtype``), the dtype itself otherwise.
     NOTE: a result that owns its memory (.base None) matters: a reshaped (1, cols) partial is a view, which the
     autograd engine must treat as shared and copy before accumulating into it (one more launch per bias per step)."""
+    acc = np.dtype(np.float32) if dtype.name in LOW_CTYPES else dtype
     if grid[1] == 1:
-        result = rt.empty((cols,), dtype)
+        result = rt.empty((cols,), acc)
         return result.reshape(1, cols), result
-    return rt.empty((grid[1], cols), dtype), None
+    return rt.empty((grid[1], cols), acc), None
 
 
-def _column_sum(rt, g):
+def _column_sum(rt, g, dtype=None):
     """Deterministic sum over axis 0 of a C-contiguous 2-D array with rows, cols > 0 (one or more passes), as a
-    fresh (cols,) array."""
+    fresh (cols,) array of ``dtype`` (default g's). A float16 or bfloat16 g is summed in float32 through every pass
+    and rounded once, at the end (an extra (cols,) cast); so is float32 g (partials) with a low ``dtype``."""
+    dtype = g.dtype if dtype is None else dtype
     rows, cols = g.shape
     while True:
         grid, per_chunk = _column_plan(rows, cols)
         dst, result = _column_out(rt, grid, cols, g.dtype)
-        rt.raw_kernel("reduce", _expr("sum_rows", CTYPES[g.dtype.name]))(grid, (32, 8), (g, dst, rows, cols, per_chunk))
+        rt.raw_kernel("reduce", _expr("sum_rows", STORAGE_CTYPES[g.dtype.name]))(
+            grid, (32, 8), (g, dst, rows, cols, per_chunk))
         if result is not None:
-            return result
+            return result if result.dtype == dtype else result.astype(dtype)
         g, rows = dst, grid[1]
 
 def _launch_rows(rt, family, kernel, x, args):
@@ -85,4 +95,4 @@ def _launch_rows(rt, family, kernel, x, args):
     rows, cols = x.shape
     if rows:
         block = row_block(cols, x.dtype.itemsize)
-        rt.raw_kernel(family, _expr(kernel, CTYPES[x.dtype.name]))((rows,), (block,), args)
+        rt.raw_kernel(family, _expr(kernel, STORAGE_CTYPES[x.dtype.name]))((rows,), (block,), args)

@@ -6,6 +6,10 @@ from __future__ import annotations
 from gpugrad.ops.declarations import ACTIVATIONS, KERNEL_OPS, POINTWISE
 
 CTYPES = {"float32": "float", "float64": "double"}
+# Low-precision storage (common.cuh gg::bf16, gg::f16), computed in float: the kernels autocast feeds. Every other
+# kernel takes them through reference.opmath (cast to float32, the result rounded back).
+LOW_CTYPES = {"bfloat16": "gg::bf16", "float16": "gg::f16"}
+STORAGE_CTYPES = {**CTYPES, **LOW_CTYPES}
 
 # Raw kernels per family; each is a template instantiated for float and double (bias_act_bwd also per activation).
 RAW_KERNELS = {
@@ -20,6 +24,16 @@ RAW_KERNELS = {
 }
 INDEX_CTYPES = {"int32": "int", "int64": "long long"}
 SCALE_KERNELS = ("amp_update_scale_",)  # instantiated for float only: GradScaler's scale is float32
+# The multi-tensor updates also instantiated for LOW_CTYPES: float32 master weights of float16 and bfloat16
+# parameters (optim.cu, the launchers' low_params=), not computed in the low dtype.
+MASTER_WEIGHT_KERNELS = ("sgd_multi_update_", "adam_multi_update_", "rmsprop_multi_update_", "adagrad_multi_update_")
+# The raw kernels also instantiated for LOW_CTYPES (their launchers: NATIVE_LOW in their modules).
+LOW_KERNELS = frozenset({
+    "softmax_fwd", "softmax_bwd", "log_softmax_fwd", "log_softmax_bwd", "logsumexp_fwd", "logsumexp_bwd", "sum_rows",
+    "layer_norm_fwd", "layer_norm_bwd", "layer_norm_bwd_wb",
+    "softmax_xent_fwd", "softmax_xent_bwd",
+    "amp_unscale_multi_",
+})
 
 
 def _expr(kernel: str, ctype: str) -> str:
@@ -39,23 +53,25 @@ POINTWISE_OPS = tuple(op for c in CTYPES.values() for op in (
     *(f"BiasActFwd<{c}, pw::{a}, {str(_saves_x(a)).lower()}>" for a in ACTIVATIONS),
     *(f"DropoutFwd<{c}, {u}>" for u in CTYPES.values()),
     f"DropoutBwd<{c}>", f"Accumulate<{c}>"))
-# bfloat16 (stored, computed in float: common.cuh gg::bf16) for the activations, their backward and bias + activation,
-# the kernels autocast feeds low-precision activations; the other kernels take bfloat16 through reference.opmath
-BF16_CTYPE = "gg::bf16"
-BF16_OPS = (*(f"ActFwd<{BF16_CTYPE}, pw::{a}>" for a in ACTIVATIONS),
-            *(f"ActBwd<{BF16_CTYPE}, pw::{d.name}>" for d in KERNEL_OPS),
-            *(f"BiasActFwd<{BF16_CTYPE}, pw::{a}, {str(_saves_x(a)).lower()}>" for a in ACTIVATIONS))
-POINTWISE_OPS = POINTWISE_OPS + BF16_OPS
+# float16 and bfloat16 for the activations, their backward and bias + activation, the pointwise kernels autocast feeds
+# low-precision activations.
+LOW_OPS = tuple(op for c in LOW_CTYPES.values() for op in (
+    *(f"ActFwd<{c}, pw::{a}>" for a in ACTIVATIONS),
+    *(f"ActBwd<{c}, pw::{d.name}>" for d in KERNEL_OPS),
+    *(f"BiasActFwd<{c}, pw::{a}, {str(_saves_x(a)).lower()}>" for a in ACTIVATIONS), f"Accumulate<{c}>"))
+POINTWISE_OPS = POINTWISE_OPS + LOW_OPS
 
 
 def _instantiations(kernel):
     if kernel == "pointwise":
         return [f"pointwise<{op}>" for op in POINTWISE_OPS]
     if kernel == "bias_act_bwd":
-        return [f"{kernel}<{c}, pw::{a}>" for c in CTYPES.values() for a in ACTIVATIONS]
+        return [f"{kernel}<{c}, pw::{a}>" for c in STORAGE_CTYPES.values() for a in ACTIVATIONS]
     if kernel in SCALE_KERNELS:  # the scaler's own float32 arrays, whatever the gradients' dtype
         return [f"{kernel}<float>"]
-    ctypes = INDEX_CTYPES if kernel == "check_index" else CTYPES
+    if kernel in MASTER_WEIGHT_KERNELS:
+        return [f"{kernel}<{c}>" for c in STORAGE_CTYPES.values()]
+    ctypes = INDEX_CTYPES if kernel == "check_index" else STORAGE_CTYPES if kernel in LOW_KERNELS else CTYPES
     return [f"{kernel}<{c}>" for c in ctypes.values()]
 
 
@@ -119,8 +135,8 @@ _FUNCTORS = {
     "bias_act_fwd": "BiasActFwd<{c},", "dropout_fwd": "DropoutFwd<{c},", "dropout_bwd": "DropoutBwd<{c}>>",
     "accumulate_": "Accumulate<{c}>>", "copy_": "ActFwd<{c}, pw::identity>>",
 }
-# float16 is computed in float32 (reference.opmath); bfloat16 natively where BF16_OPS has the functor, else likewise
-_DTYPE_CTYPES = {"float16": ("float",), "bfloat16": ("float", BF16_CTYPE), **{k: (v,) for k, v in CTYPES.items()}}
+# float16 and bfloat16 natively where a kernel has their instantiation (LOW_OPS, LOW_KERNELS), else in float32
+_DTYPE_CTYPES = {**{k: ("float", v) for k, v in LOW_CTYPES.items()}, **{k: (v,) for k, v in CTYPES.items()}}
 
 
 def instantiations(launchers=None, dtypes=("float32",)) -> list:

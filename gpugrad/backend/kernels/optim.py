@@ -2,10 +2,10 @@
 Adagrad steps, all in place; the asynchronous hyperparameter upload."""
 from __future__ import annotations
 
-from gpugrad.backend.kernels.names import _expr
+from gpugrad.backend.kernels.names import LOW_CTYPES, _expr
 from gpugrad.backend.kernels.runtimes import runtime
 from gpugrad.backend.kernels.validate import CALLS, _check_float, _check_shapes, _describe
-from gpugrad.backend.reference.float16 import opmath_all
+from gpugrad.backend.reference.float16 import float16_params_error, opmath_all
 
 _OPTIM_BLOCK, _OPTIM_MAX_GRID = 256, 4096
 
@@ -67,21 +67,50 @@ def adam_update_(xp, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, deco
 _MT_SLOTS = 16  # = GG_MT_SLOTS in optim.cu
 
 
-def _multi_in(name, hyper, n, tensors, float_runs, counts=False, n_hyper=6):
+def _master_ctype(name, floats, low_params):
+    """The master-weight form's C type (gg::bf16 or gg::f16): ``low_params`` and the gradients (``floats[1]``) all of
+    one low-precision dtype, the masters (``floats[0]``) and the state float32."""
+    low = [*low_params, *floats[1]]
+    dt = low[0].dtype
+    wide = [a for k, run in enumerate(floats) if k != 1 for a in run]
+    if dt.name not in LOW_CTYPES or any(a.dtype != dt for a in low) or any(a.dtype != "float32" for a in wide):
+        raise TypeError(f"{name}: low_params (float16 or bfloat16 parameters updated through float32 masters) need "
+                        "gradients of their dtype and float32 masters and state; got low_params "
+                        f"{_describe(low_params)}, gradients {_describe(floats[1])}, masters and state "
+                        f"{_describe(wide)}: give the gradients in the parameters' dtype and make the masters with "
+                        "p.astype(float32)")
+    return LOW_CTYPES[dt.name]
+
+
+def _multi_in(name, hyper, n, tensors, float_runs, counts=False, n_hyper=6, low_params=None):
     """Validate a multi-tensor call whose ``tensors`` are runs of n arrays: parameters, gradients, then state
     arrays (``float_runs`` counts allowed for these float runs), then int64 0-d step counts when ``counts``;
-    ``hyper``: the kernel's float64 options array of ``n_hyper`` entries.
-    Returns (runtime, C type, contiguous hyper, runs, write-backs): parameters and states are updated in place, in
-    contiguous work copies for non-contiguous ones (the (array, copy) write-backs), gradients may have any layout."""
+    ``hyper``: the kernel's float64 options array of ``n_hyper`` entries. With ``low_params`` (n float16 or bfloat16
+    parameters) the first run holds their float32 masters, the gradients are in the parameters' dtype and the state
+    is float32: the master-weight form, whose kernels write each new master, rounded, into its parameter.
+    Returns (runtime, C type, contiguous hyper, runs, write-backs, low-precision parameters or Nones): parameters,
+    masters, low_params and states are updated in place, in contiguous work copies for non-contiguous ones (the
+    (array, copy) write-backs), gradients may have any layout."""
     n_runs = len(tensors) // n if n else 0
     if len(tensors) != n_runs * n or (n and n_runs - counts not in float_runs):
         kinds = " or ".join(str(k + counts) for k in float_runs)
         raise ValueError(f"{name}: expected {kinds} runs of {n} arrays, got {len(tensors)} arrays")
+    if low_params is not None and len(low_params) != n:
+        raise ValueError(f"{name}: expected {n} low_params (one per master), got {len(low_params)}")
     runs = [list(tensors[k * n:(k + 1) * n]) for k in range(n_runs)]
     floats = runs[:len(runs) - counts]
-    ctype = _check_float(name, *(a for run in floats for a in run)) if n else None
+    if not n:
+        ctype = None
+    elif low_params is None:
+        if any(a.dtype.name in LOW_CTYPES for run in floats for a in run):
+            half = next(a for run in floats for a in run if a.dtype.name in LOW_CTYPES)
+            raise float16_params_error(name, half.shape, half.dtype)
+        ctype = _check_float(name, *(a for run in floats for a in run))
+    else:
+        ctype = _master_ctype(name, floats, low_params)
     for i in range(n):
-        _check_shapes(name, runs[0][i].shape, *(run[i] for run in floats[1:]))
+        _check_shapes(name, runs[0][i].shape, *(run[i] for run in floats[1:]),
+                      *(() if low_params is None else (low_params[i],)))
     if counts and any(s.dtype != "int64" or s.shape != () for s in runs[-1]):
         raise TypeError(f"{name}: step counts must be int64 0-d arrays, got {_describe(runs[-1])}")
     if hyper.dtype != "float64" or hyper.shape != (n_hyper,):  # the kernel reads hyper[0 .. n_hyper - 1]
@@ -97,7 +126,8 @@ def _multi_in(name, hyper, n, tensors, float_runs, counts=False, n_hyper=6):
         return back[-1][1]
 
     runs = [[rt.ascontiguousarray(a) for a in run] if k == 1 else [work(a) for a in run] for k, run in enumerate(runs)]
-    return rt, ctype, rt.ascontiguousarray(hyper), runs, back
+    qs = [None] * n if low_params is None else [work(q) for q in low_params]
+    return rt, ctype, rt.ascontiguousarray(hyper), runs, back, qs
 
 
 def _multi_launch(rt, name, ctype, head, slots, sizes, null_slot, always, back):
@@ -121,18 +151,19 @@ def _skip(rt, name, skip):
     return skip if skip is None else rt.ascontiguousarray(skip)
 
 
-def sgd_multi_update_(xp, hyper, first_steps, *tensors, skip=None):
+def sgd_multi_update_(xp, hyper, first_steps, *tensors, skip=None, low_params=None):
     """sgd_update_ of n = len(first_steps) tensors at once: ``tensors`` = n parameters, their n gradients and, for
     momentum, their n momentum buffers (given buffers mean momentum is applied); ``hyper`` = float64 [lr, momentum,
     dampening, weight_decay, nesterov, maximize] on the device, read by the kernel; ``first_steps[i]``: buffer i
-    starts as d."""
+    starts as d. ``low_params``: the master-weight form (see :func:`_multi_in`), the kernel ``<gg::bf16>`` or
+    ``<gg::f16>``."""
     name = "sgd_multi_update_"
     n = len(first_steps)
-    rt, ctype, hyper, runs, back = _multi_in(name, hyper, n, tensors, (2, 3))
+    rt, ctype, hyper, runs, back, qs = _multi_in(name, hyper, n, tensors, (2, 3), low_params=low_params)
     bufs = runs[2] if len(runs) == 3 else [None] * n
-    slots = [(p, g, b, p.size, int(bool(f))) for p, g, b, f in zip(runs[0], runs[1], bufs, first_steps)]
+    slots = [(p, q, g, b, p.size, int(bool(f))) for p, q, g, b, f in zip(runs[0], qs, runs[1], bufs, first_steps)]
     _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip)), slots, [p.size for p in runs[0]],
-                  (None, None, None, 0, 0), False, back)
+                  (None, None, None, None, 0, 0), False, back)
 
 
 def _ticket(rt, name, ticket):
@@ -143,46 +174,50 @@ def _ticket(rt, name, ticket):
     return ticket
 
 
-def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors, skip=None):
+def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors, skip=None, low_params=None):
     """adam_update_ of n tensors at once: ``tensors`` = n parameters, n gradients, n exp_avg, n exp_avg_sq, (with
     ``amsgrad``) n max_exp_avg_sq and n step counts (int64 0-d arrays, the steps taken so far: this is step count + 1,
     and every count advances by one, on the device); ``hyper`` = float64 [lr, beta1, beta2, eps, weight_decay,
     maximize] on the device, read by the kernel; ``ticket``: a zero uint32 (1,) array the kernel counts finished
-    blocks in (left 0), or None for a fresh one."""
+    blocks in (left 0), or None for a fresh one. ``low_params``: the master-weight form (see :func:`_multi_in`)."""
     name, n = "adam_multi_update_", len(tensors) // (5 + bool(amsgrad))
-    rt, ctype, hyper, runs, back = _multi_in(name, hyper, n, tensors, (4 + bool(amsgrad),), counts=True)
+    rt, ctype, hyper, runs, back, qs = _multi_in(name, hyper, n, tensors, (4 + bool(amsgrad),), counts=True,
+                                                 low_params=low_params)
     ticket = _ticket(rt, name, ticket)
     vmax = runs[4] if amsgrad else [None] * n
-    slots = [(p, g, m, v, vm, s, p.size) for p, g, m, v, vm, s in zip(*runs[:4], vmax, runs[-1])]
+    slots = [(p, q, g, m, v, vm, s, p.size) for p, q, g, m, v, vm, s in zip(runs[0], qs, *runs[1:4], vmax, runs[-1])]
     _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip), ticket, int(bool(decoupled))), slots,
                   [s[-1] for s in slots],
-                  (None,) * 6 + (0,), True, back)
+                  (None,) * 7 + (0,), True, back)
 
 
-def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors, skip=None):
+def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors, skip=None, low_params=None):
     """torch.optim.RMSprop's step of n tensors at once: ``tensors`` = n parameters, n gradients, n square_avg, (when
     ``centered``) n grad_avg and (with ``momentum``) n momentum buffers; ``hyper`` = float64 [lr, alpha, eps,
-    weight_decay, momentum, maximize] on the device, read by the kernel."""
+    weight_decay, momentum, maximize] on the device, read by the kernel. ``low_params``: the master-weight form (see
+    :func:`_multi_in`)."""
     name, runs_n = "rmsprop_multi_update_", 3 + bool(centered) + bool(momentum)
     n = len(tensors) // runs_n
-    rt, ctype, hyper, runs, back = _multi_in(name, hyper, n, tensors, (runs_n,))
+    rt, ctype, hyper, runs, back, qs = _multi_in(name, hyper, n, tensors, (runs_n,), low_params=low_params)
     ga = runs[3] if centered else [None] * n
     bufs = runs[-1] if momentum else [None] * n
-    slots = [(p, g, sq, a, b, p.size) for p, g, sq, a, b in zip(*runs[:3], ga, bufs)]
-    _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip)), slots, [s[-1] for s in slots], (None,) * 5 + (0,),
+    slots = [(p, q, g, sq, a, b, p.size) for p, q, g, sq, a, b in zip(runs[0], qs, *runs[1:3], ga, bufs)]
+    _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip)), slots, [s[-1] for s in slots], (None,) * 6 + (0,),
                   False, back)
 
 
-def adagrad_multi_update_(xp, hyper, ticket, *tensors, skip=None):
+def adagrad_multi_update_(xp, hyper, ticket, *tensors, skip=None, low_params=None):
     """torch.optim.Adagrad's step of n tensors at once: ``tensors`` = n parameters, n gradients, n sums of squares
     and n step counts (int64 0-d arrays, advanced by one on the device, as Adam's); ``hyper`` = float64 [lr,
-    lr_decay, weight_decay, eps, maximize] on the device; ``ticket`` as adam_multi_update_'s."""
+    lr_decay, weight_decay, eps, maximize] on the device; ``ticket`` as adam_multi_update_'s. ``low_params``: the
+    master-weight form (see :func:`_multi_in`)."""
     name = "adagrad_multi_update_"
-    rt, ctype, hyper, runs, back = _multi_in(name, hyper, len(tensors) // 4, tensors, (3,), counts=True, n_hyper=5)
+    rt, ctype, hyper, runs, back, qs = _multi_in(name, hyper, len(tensors) // 4, tensors, (3,), counts=True,
+                                                 n_hyper=5, low_params=low_params)
     ticket = _ticket(rt, name, ticket)
-    slots = [(p, g, s, c, p.size) for p, g, s, c in zip(*runs)]
+    slots = [(p, q, g, s, c, p.size) for p, q, g, s, c in zip(runs[0], qs, *runs[1:])]
     _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip), ticket), slots, [s[-1] for s in slots],
-                  (None,) * 4 + (0,), True, back)
+                  (None,) * 5 + (0,), True, back)
 
 
 def _scaler_arrays(name, **arrays):
@@ -199,7 +234,7 @@ def amp_unscale_multi_(xp, scale, found_inf, *grads):
     _scaler_arrays(name, scale=(scale, "float32"), found_inf=(found_inf, "float32"))
     if not grads:
         return
-    ctype = _check_float(name, *grads)
+    ctype = _check_float(name, *grads, low=True)  # float16 / bfloat16 gradients unscaled in float, rounded once
     rt = runtime()
     CALLS[name] += 1
     back = [(g, rt.ascontiguousarray(g)) for g in grads if not g.flags.c_contiguous]
@@ -224,4 +259,9 @@ def set_hyper_(xp, hyper, values):
     a few bytes, no host sync, no kernel. The optimizers call it only when a hyperparameter changed."""
     hyper.set(values, stream=xp.cuda.get_current_stream())
 
-opmath_all(globals())  # float16 in float32, exactly as the references (reference.opmath)
+# Launchers with float16 and bfloat16 kernels of their own (names.LOW_KERNELS): the unscale of low-precision gradients
+# (beside the float32 scale and found_inf). The multi-tensor updates take low precision only in their master-weight
+# form (low_params=, kernels <gg::bf16> / <gg::f16>), which reference.opmath hands them as it is (float16._UPDATES):
+# they are not listed here, as NATIVE_LOW promises that all-low-precision arguments run as they are.
+NATIVE_LOW = ("amp_unscale_multi_",)
+opmath_all(globals(), native=dict.fromkeys(NATIVE_LOW, "mixed"))  # the others: float16 / bfloat16 in float32

@@ -1,5 +1,6 @@
 """float16 and bfloat16 in every kernel function: computed in float32, stored in the low dtype (PyTorch's "opmath"),
-the same on every device; the one refusal of low-precision optimizer parameters; NumPy's matmul for bfloat16."""
+the same on every device; optimizer updates of low-precision parameters only through float32 master weights; NumPy's
+matmul for bfloat16."""
 from __future__ import annotations
 
 import functools
@@ -20,21 +21,25 @@ LOW = (_HALF, BF16)  # the storage-only dtypes: computed in float32 (bfloat16's 
 _KEEP_FLOAT32 = {"layer_norm_fwd": (1, 2), "softmax_xent_fwd": (1, 2), "token_logprob_fwd": (1,)}
 _IN_PLACE = {"accumulate_": 0, "copy_": 0}  # the argument a function updates in place (and returns)
 _ALL_IN_PLACE = {"amp_unscale_multi_"}  # functions that update every low-precision array they are given
-# Optimizer updates refuse float16 parameters instead of computing them in float32 in place: p and the state would
-# still be stored in float16, where Adam's (1 - beta2) * g^2 rounds to 0 for |g| < ~5e-3 (float16 stops at 6e-8;
-# then lr * m / eps explodes) and a step below half an ulp of p (p ~ 1: |lr * d| < 5e-4) is rounded away, so
-# training stalls or diverges silently. float32 master parameters (.float()) are the standard fix.
+# Optimizer updates never compute a float16 or bfloat16 parameter in its own dtype: p and the state stored in float16
+# lose Adam's (1 - beta2) * g^2 to 0 for |g| < ~5e-3 (float16 stops at 6e-8; then lr * m / eps explodes) and round a
+# step below half an ulp of p (p ~ 1: |lr * d| < 5e-4) away, so training stalls or diverges silently. The multi-tensor
+# updates take them in their master-weight form instead (``low_params=``: float32 masters and state, low-precision
+# gradients widened by the update itself, each new master rounded into its parameter), which opmath hands to them as
+# it is; any other low-precision argument list is refused by name (float16_params_error).
 _UPDATES = {"sgd_update_": "SGD", "adam_update_": "Adam/AdamW", "sgd_multi_update_": "SGD",
             "adam_multi_update_": "Adam/AdamW", "rmsprop_multi_update_": "RMSprop", "adagrad_multi_update_": "Adagrad"}
+_MASTER_FORM = {"sgd_multi_update_", "adam_multi_update_", "rmsprop_multi_update_", "adagrad_multi_update_"}
 
 
 def float16_params_error(optimizer, shape, dtype) -> TypeError:
-    """The one refusal of float16 parameters, raised by the optimizers and by both implementations of the updates."""
-    return TypeError(f"{optimizer}: got a parameter of shape {tuple(shape)} and dtype {np.dtype(dtype)}; float16 "
-                     "and bfloat16 parameters are not supported on any device (low-precision steps and optimizer "
-                     "state round small updates and Adam's small g^2 to 0): keep float32 master parameters with "
-                     "p.float() (or model.float()) before building the optimizer, and train in low precision "
-                     "with gpugrad.autocast")
+    """The refusal of float16 and bfloat16 arrays by an update outside its master-weight form, raised by both
+    implementations of the updates."""
+    return TypeError(f"{optimizer}: got an array of shape {tuple(shape)} and dtype {np.dtype(dtype)}; float16 and "
+                     "bfloat16 parameters are updated only through float32 master weights (a low-precision step and "
+                     "optimizer state round small updates and Adam's small g^2 to 0): use a multi-tensor update with "
+                     "float32 masters and state, the low-precision gradients and low_params= (gpugrad.optim's "
+                     "optimizers do this for float16 and bfloat16 parameters), or update float32 parameters")
 
 
 def _narrow(out, keep, seen, low):
@@ -48,11 +53,23 @@ def _is_low(a):
     return getattr(a, "dtype", None) in LOW
 
 
-def opmath(fn, native_bf16=False):
+def _native(args, mode):
+    """Whether a launcher with low-precision kernels of its own takes ``args`` as they are: every low-precision array
+    C-contiguous and of one dtype, and with ``mode`` "same" every other array too, or with "mixed" beside float32
+    (saved statistics, master weights) or integer (class ids) arrays, which the launcher checks itself."""
+    low = [a for a in args if _is_low(a)]
+    if not all(a.dtype == low[0].dtype and a.flags.c_contiguous for a in low):
+        return False
+    if mode == "same":
+        return all(a.dtype == low[0].dtype for a in args if hasattr(a, "dtype"))
+    return True
+
+
+def opmath(fn, native=None):
     """Wrap a kernel function ``fn(xp, *arrays, **params)`` (a reference, or a launcher in backend/kernels/) so that
     float16 and bfloat16 array arguments are computed in float32; when the first array argument is low-precision,
     float32 results come back in its dtype (but for ``_KEEP_FLOAT32``). Otherwise ``fn`` runs as it is; so does a
-    launcher with bfloat16 kernels of its own (``native_bf16``) given only bfloat16 arrays, all C-contiguous."""
+    launcher with float16 and bfloat16 kernels of its own (``native``: "same" or "mixed", see :func:`_native`)."""
     name = fn.__name__
     keep, in_place = _KEEP_FLOAT32.get(name, ()), _IN_PLACE.get(name)
 
@@ -60,9 +77,11 @@ def opmath(fn, native_bf16=False):
     def run(xp, *args, **params):
         if not any(getattr(a, "dtype", None) in LOW for a in args):
             return fn(xp, *args, **params)
-        if native_bf16 and all(a.dtype == BF16 and a.flags.c_contiguous for a in args if hasattr(a, "dtype")):
+        if native is not None and _native(args, native):
             return fn(xp, *args, **params)
         if name in _UPDATES:
+            if name in _MASTER_FORM and params.get("low_params") is not None:  # widened by the update itself
+                return fn(xp, *args, **params)
             half = next(a for a in args if _is_low(a))  # multi-tensor: not args[0]
             raise float16_params_error(f"{_UPDATES[name]} ({name})", half.shape, half.dtype)
         first = next(a for a in args if hasattr(a, "dtype"))
@@ -96,9 +115,11 @@ def matmul(a, b):
     return np.matmul(a, b)
 
 
-def opmath_all(namespace, native_bf16=()):
+def opmath_all(namespace, native=None):
     """Wrap every kernel function of a module (public, first parameter ``xp``) with :func:`opmath`; called at the
-    end of every reference and launcher module, so both take float16 the same way."""
+    end of every reference and launcher module, so both take float16 the same way. ``native`` maps the launchers
+    with float16 and bfloat16 kernels of their own to "same" or "mixed" (:func:`_native`)."""
+    native = native or {}
     for name, f in list(namespace.items()):
         if inspect.isfunction(f) and not name.startswith("_") and f.__code__.co_varnames[:1] == ("xp",):
-            namespace[name] = opmath(f, name in native_bf16)
+            namespace[name] = opmath(f, native.get(name))

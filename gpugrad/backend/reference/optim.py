@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpugrad.backend.reference.common import _s
-from gpugrad.backend.reference.float16 import opmath_all
+from gpugrad.backend.reference.float16 import LOW, float16_params_error, opmath_all
 
 
 def sgd_update_(xp, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
@@ -59,6 +59,49 @@ def _skipped(skip):
     return skip is not None and bool(skip[0] != 0)
 
 
+def _described(arrays):
+    return ", ".join(f"{tuple(a.shape)} {a.dtype}" for a in arrays)
+
+
+def _masters_in(xp, name, tensors, n, low_params, counts=0):
+    """The master-weight form (``low_params``: n float16 or bfloat16 parameters; the first run of ``tensors`` their
+    float32 masters, the second the gradients in the parameters' dtype, the other float runs float32 state, then
+    ``counts`` runs of step counts): each master first restarts from its parameter's value wherever that is no longer
+    the master's rounding (the parameter was changed outside the optimizer; optim.cu master_in), then ``tensors`` is
+    returned with the gradients widened to float32 (exact), so the float32 update below is the update of a float32
+    parameter with those gradients. Without ``low_params``, ``tensors`` as it is: low-precision arrays are refused."""
+    if low_params is None:
+        half = next((a for a in tensors if a.dtype in LOW), None)
+        if half is not None:
+            raise float16_params_error(name, half.shape, half.dtype)
+        return tensors
+    if len(low_params) != n:
+        raise ValueError(f"{name}: expected {n} low_params (one per master), got {len(low_params)}")
+    masters, grads = tensors[:n], tensors[n:2 * n]
+    state = tensors[2 * n:len(tensors) - counts * n]
+    dt = low_params[0].dtype if n else None
+    if (any(a.dtype != dt for a in (*low_params, *grads)) or dt not in LOW
+            or any(a.dtype != np.float32 for a in (*masters, *state))):
+        raise TypeError(f"{name}: low_params (float16 or bfloat16 parameters updated through float32 masters) need "
+                        "gradients of their dtype and float32 masters and state; got low_params "
+                        f"{_described(low_params)}, gradients {_described(grads)}, masters and state "
+                        f"{_described((*masters, *state))}: give the gradients in the parameters' dtype and make the "
+                        "masters with p.astype(float32)")
+    for i, (m, q) in enumerate(zip(masters, low_params)):
+        if any(tuple(a.shape) != tuple(m.shape) for a in (q, grads[i], *state[i::n])):
+            raise ValueError(f"{name}: master {i} has shape {tuple(m.shape)}, its parameter, gradient and state "
+                             f"{[tuple(a.shape) for a in (q, grads[i], *state[i::n])]}")
+        bits = np.uint16  # both low dtypes are 16-bit: compared as bits, so NaN and -0 compare as stored
+        xp.copyto(m, q.astype(np.float32), where=m.astype(q.dtype).view(bits) != q.view(bits))
+    return (*masters, *(g.astype(np.float32) for g in grads), *tensors[2 * n:])
+
+
+def _masters_out(tensors, low_params):
+    """Each updated master, rounded to nearest even, into its low-precision parameter."""
+    for m, q in zip(tensors, low_params or ()):
+        q[...] = m.astype(q.dtype)
+
+
 def _runs(name, tensors, n, kinds):
     """``tensors`` as its runs of n arrays (parameters, gradients, states), there being one of ``kinds`` runs."""
     if len(tensors) != n * (len(tensors) // n if n else 0) or (n and len(tensors) // n not in kinds):
@@ -66,28 +109,32 @@ def _runs(name, tensors, n, kinds):
     return [tensors[k * n:(k + 1) * n] for k in range(len(tensors) // n if n else 0)]
 
 
-def sgd_multi_update_(xp, hyper, first_steps, *tensors, skip=None):
+def sgd_multi_update_(xp, hyper, first_steps, *tensors, skip=None, low_params=None):
     """sgd_update_ of n = len(first_steps) tensors: ``tensors`` = n parameters, n gradients and, for momentum, n
     momentum buffers (given buffers mean momentum is applied); hyper = [lr, momentum, dampening, weight_decay,
-    nesterov, maximize] (float64); ``first_steps[i]``: buffer i starts as d; maximize: g = -g first."""
+    nesterov, maximize] (float64); ``first_steps[i]``: buffer i starts as d; maximize: g = -g first.
+    ``low_params``: the master-weight form (:func:`_masters_in`)."""
     if _skipped(skip):
         return
+    tensors = _masters_in(xp, "sgd_multi_update_", tensors, len(first_steps), low_params)
     runs = _runs("sgd_multi_update_", tensors, len(first_steps), (2, 3))
     lr, momentum, dampening, weight_decay, nesterov, maximize = (float(h) for h in hyper)
     for i, first in enumerate(first_steps):
         buf = runs[2][i] if len(runs) == 3 else None
         g = -runs[1][i] if maximize else runs[1][i]
         _sgd(runs[0][i], g, buf, lr, momentum, dampening, weight_decay, nesterov != 0, first)
+    _masters_out(runs[0], low_params)
 
 
-def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors, skip=None):
+def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors, skip=None, low_params=None):
     """adam_update_ of n tensors: ``tensors`` = n parameters, n gradients, n exp_avg, n exp_avg_sq, (``amsgrad``) n
     max_exp_avg_sq and n step counts (int64 0-d arrays, the steps taken so far: this is step count + 1, and each
     count advances by one); hyper = [lr, beta1, beta2, eps, weight_decay, maximize] (float64); ``ticket``: the
-    kernel's block counter (unused here)."""
+    kernel's block counter (unused here). ``low_params``: the master-weight form (:func:`_masters_in`)."""
     if _skipped(skip):
         return
     k = 5 + bool(amsgrad)
+    tensors = _masters_in(xp, "adam_multi_update_", tensors, len(tensors) // k, low_params, counts=1)
     runs = _runs("adam_multi_update_", tensors, len(tensors) // k, (k,))
     lr, beta1, beta2, eps, weight_decay, maximize = (float(h) for h in hyper)
     for p, g, m, v, *vmax, step in zip(*runs):
@@ -95,17 +142,19 @@ def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors, skip=Non
         _adam(xp, p, -g if maximize else g, m, v, vmax[0] if vmax else None, t, lr, beta1, beta2, eps, weight_decay,
               decoupled)
         step[...] = t
+    _masters_out(runs[0], low_params)
 
 
-def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors, skip=None):
+def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors, skip=None, low_params=None):
     """torch.optim.RMSprop of n tensors: ``tensors`` = n parameters, n gradients, n square_avg, (``centered``) n
     grad_avg, (``momentum``) n momentum buffers; hyper = [lr, alpha, eps, weight_decay, momentum, maximize]:
     g = -g (maximize); g += wd * p; sq = alpha * sq + (1 - alpha) * g^2; centered: ga = lerp(ga, g, 1 - alpha),
     avg = sqrt(sq - ga^2) + eps, else sqrt(sq) + eps; buf = momentum * buf + g / avg, p -= lr * buf, or
-    p -= lr * g / avg."""
+    p -= lr * g / avg. ``low_params``: the master-weight form (:func:`_masters_in`)."""
     if _skipped(skip):
         return
     k = 3 + bool(centered) + bool(momentum)
+    tensors = _masters_in(xp, "rmsprop_multi_update_", tensors, len(tensors) // k, low_params)
     runs = _runs("rmsprop_multi_update_", tensors, len(tensors) // k, (k,))
     lr, alpha, eps, weight_decay, mom, maximize = (float(h) for h in hyper)
     for p, g, sq, *rest in zip(*runs):
@@ -124,14 +173,17 @@ def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors, skip=None):
             p -= _s(p, lr) * rest[-1]
         else:
             p -= _s(p, lr) * (g / avg)
+    _masters_out(runs[0], low_params)
 
 
-def adagrad_multi_update_(xp, hyper, ticket, *tensors, skip=None):
+def adagrad_multi_update_(xp, hyper, ticket, *tensors, skip=None, low_params=None):
     """torch.optim.Adagrad of n tensors: ``tensors`` = n parameters, n gradients, n sums and n step counts (as
     adam_multi_update_'s); hyper = [lr, lr_decay, weight_decay, eps, maximize]: g = -g (maximize); g += wd * p;
-    clr = lr / (1 + (step - 1) * lr_decay); sum += g^2; p -= clr * g / (sqrt(sum) + eps)."""
+    clr = lr / (1 + (step - 1) * lr_decay); sum += g^2; p -= clr * g / (sqrt(sum) + eps). ``low_params``: the
+    master-weight form (:func:`_masters_in`)."""
     if _skipped(skip):
         return
+    tensors = _masters_in(xp, "adagrad_multi_update_", tensors, len(tensors) // 4, low_params, counts=1)
     runs = _runs("adagrad_multi_update_", tensors, len(tensors) // 4, (4,))
     lr, lr_decay, weight_decay, eps, maximize = (float(h) for h in hyper)
     for p, g, total, step in zip(*runs):
@@ -140,6 +192,7 @@ def adagrad_multi_update_(xp, hyper, ticket, *tensors, skip=None):
         total += g * g
         p -= _s(p, lr / (1 + int(step) * lr_decay)) * (g / (xp.sqrt(total) + _s(p, eps)))
         step[...] = int(step) + 1
+    _masters_out(runs[0], low_params)
 
 
 def _lerp(a, b, w):
