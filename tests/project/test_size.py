@@ -67,7 +67,11 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # quiet losses.
 # library 15150 -> 15170 (issues 20 and 21, +18): torch's RuntimeError for operands that do not broadcast (Op.apply),
 # atan2's JVP as torch's, bernoulli_ in the tensor's dtype, smooth_l1 and huber derivatives that keep NaN.
-BUDGETS = {"library": 15170, "tooling": 2950, "testing": 2115}
+# library 15170 -> 15435, tooling 2950 -> 2975 (issues 22, 19 and 20, +262 / +20): float16 and bfloat16 in the
+# launchers of every kernel family (dtype checks, float32 statistics, sums rounded once; ~150), the optimizers'
+# float32 master weights (state, stale-master rule, kernel slots; ~85), the graph's one- or two-edge nodes, integer
+# pow, atleast_nd / dstack / column_stack / row_stack; the GradScaler's state in `gpugrad train` checkpoints.
+BUDGETS = {"library": 15435, "tooling": 2975, "testing": 2115}
 
 
 def code_lines(path: Path) -> int:
