@@ -108,6 +108,11 @@ def _fd(m, check):
 
 KNOWN = [
     # -- deliberate -------------------------------------------------------------------------------------------------
+    Known("torch's clamp backward when a tensor bound broadcasts the input",
+          "torch 2.13 raises 'output with shape [0] doesn't match the broadcast shape [1, 0]' in the backward of "
+          "x.clamp(min=t) where t broadcasts x to a larger shape (its VJP writes into x's shape); gpugrad undoes the "
+          "broadcast and returns x's gradient",
+          lambda f, m: "clamp_tensor" in f and _only("torch", m, text="doesn't match the broadcast shape")),
     Known("vectorized Jacobians over empty tensors",
           "torch 2.13's vmap fallback refuses dims of size 0 ('Batching rule not implemented ... does not support vmap "
           "over dims of size 0'), so its vectorized jacobian / hessian of a function of an empty tensor raises; "
