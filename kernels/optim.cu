@@ -114,27 +114,38 @@ sgd_update_(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf, lon
 
 // hyper = [lr, momentum, dampening, weight_decay, nesterov (0/1), maximize (0/1)] (double, on the device). Slot k:
 // parameter (or master) p, low-precision parameter q (null unless G is bf16 / f16), gradient g, momentum buffer b
-// (null: no momentum in this launch), n elements, first (b = d: the tensor's first step). Unused slots have n = 0.
-// Op: optim.SGD.step.
+// (null: no momentum in this launch), n elements, first (b = d: the tensor's first step, known on the host), and
+// unwritten (null, or an int32 flag on the device: nonzero while b was made for a step that GradScaler may have
+// skipped and no step has run since, so this step also starts b as d). A step that runs zeroes every flag, in its
+// last block (`ticket`, as Adam's counts; null when no slot has a flag): torch makes the buffer at the first step
+// that runs, so a skipped first step must leave the next one first. Unused slots have n = 0. Op: optim.SGD.step.
 #define GG_SGD_SLOT(k)                                                                                     \
     T* __restrict__ p##k, G* __restrict__ q##k, const G* __restrict__ g##k, T* __restrict__ b##k, long long n##k, \
-        long long first##k
+        long long first##k, int* __restrict__ unwritten##k
+#define GG_SGD_WRITTEN(k) \
+    if (unwritten##k) *unwritten##k = 0;
 template <typename G, typename T = gg::math_t<G>>
 __global__ void __launch_bounds__(256)
-sgd_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, GG_MT_LIST(GG_SGD_SLOT)) {
+sgd_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, unsigned int* __restrict__ ticket,
+                  GG_MT_LIST(GG_SGD_SLOT)) {
     if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
     const SgdScalars<T> s = sgd_scalars<T>(hyper[0], hyper[1], hyper[2], hyper[3], hyper[4] != 0.0, hyper[5] != 0.0);
     long long offset = 0;
-#define GG_SGD_RUN(k)                                                                                  \
-    for (long long i = slot_start(offset); i < n##k; i += (long long)blockDim.x * gridDim.x)           \
-        master_out(p##k, q##k, i,                                                                       \
-                   sgd_elem(master_in(p##k, q##k, i), gg::load_math(g##k[i]), b##k ? b##k + i : nullptr,   \
-                            first##k != 0, s));                                                          \
-    offset += n##k;
+#define GG_SGD_RUN(k)                                                                                         \
+    {                                                                                                         \
+        const bool first = first##k != 0 || (unwritten##k != nullptr && *unwritten##k != 0);                  \
+        for (long long i = slot_start(offset); i < n##k; i += (long long)blockDim.x * gridDim.x)              \
+            master_out(p##k, q##k, i,                                                                          \
+                       sgd_elem(master_in(p##k, q##k, i), gg::load_math(g##k[i]), b##k ? b##k + i : nullptr,  \
+                                first, s));                                                                   \
+        offset += n##k;                                                                                       \
+    }
     GG_MT_EACH(GG_SGD_RUN)
 #undef GG_SGD_RUN
+    if (ticket != nullptr && last_block(ticket)) { GG_MT_EACH(GG_SGD_WRITTEN) }  // uniform: every thread or none
 }
 #undef GG_SGD_SLOT
+#undef GG_SGD_WRITTEN
 
 // ---- Adam / AdamW, torch.optim.Adam(W) semantics ---------------------------------------------------------------
 // g = -g (maximize); L2 (decoupled = 0): g = g + wd * p;  AdamW (decoupled = 1): p = p * (1 - lr * wd);
@@ -234,15 +245,17 @@ adam_multi_update_(const double* __restrict__ hyper, const float* __restrict__ s
 // centered: ga = lerp(ga, g, 1 - alpha), avg = sqrt(sq - ga * ga) + eps; else avg = sqrt(sq) + eps;
 // momentum buffer b: b = momentum * b + g / avg, p = p - lr * b; else p = p - lr * g / avg.
 // hyper = [lr, alpha, eps, weight_decay, momentum, maximize] (double, on the device). Slot k: parameter (or master) p,
-// low-precision parameter q (null unless G is bf16 / f16), gradient g, square average sq, gradient average ga (null unless centered), momentum buffer b (null without momentum), n
-// elements. (torch's step count is informational for RMSprop: the optimizer keeps it on the host.)
-// Op: optim.RMSprop.step.
+// low-precision parameter q (null unless G is bf16 / f16), gradient g, square average sq, gradient average ga (null
+// unless centered), momentum buffer b (null without momentum), its step count (int64; torch keeps it, the math never
+// reads it), n elements; unused slots have n = 0 and a null step. Counts advance as Adam's (last_block), so a step
+// GradScaler skips on the device does not count, as in torch. Op: optim.RMSprop.step.
 #define GG_RMSPROP_SLOT(k)                                                                                  \
     T* __restrict__ p##k, G* __restrict__ q##k, const G* __restrict__ g##k, T* __restrict__ sq##k,          \
-        T* __restrict__ ga##k, T* __restrict__ b##k, long long n##k
+        T* __restrict__ ga##k, T* __restrict__ b##k, long long* __restrict__ step##k, long long n##k
 template <typename G, typename T = gg::math_t<G>>
 __global__ void __launch_bounds__(256)
-rmsprop_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip, GG_MT_LIST(GG_RMSPROP_SLOT)) {
+rmsprop_multi_update_(const double* __restrict__ hyper, const float* __restrict__ skip,
+                      unsigned int* __restrict__ ticket, GG_MT_LIST(GG_RMSPROP_SLOT)) {
     if (skip != nullptr && *skip != 0.0f) return;  // GradScaler found an inf or NaN: the whole step is skipped
     const T neg_lr = T(-hyper[0]), alpha = T(hyper[1]), w = T(1.0 - hyper[1]), eps = T(hyper[2]), wd = T(hyper[3]);
     const T mom = T(hyper[4]);
@@ -274,6 +287,7 @@ rmsprop_multi_update_(const double* __restrict__ hyper, const float* __restrict_
     offset += n##k;
     GG_MT_EACH(GG_RMSPROP_RUN)
 #undef GG_RMSPROP_RUN
+    if (last_block(ticket)) { GG_MT_EACH(GG_COUNT) }
 }
 #undef GG_RMSPROP_SLOT
 

@@ -434,22 +434,25 @@ def _multi_rmsprop(variant, wd, momentum, centered, maximize=False):
     sq = (Fl([1.0, 0.5, 2.0]), Fl([1.5]))
     ga = (Fl([0.1, -0.2, 0.3]), Fl([0.5])) if centered else ()
     bufs = (Fl([0.05, 0.0, -0.1]), Fl([0.2])) if momentum else ()
+    steps = (_zero_d(0), _zero_d(6))  # counted, never read by the math
+    k = 4 + centered + bool(momentum)
 
-    def after(h, c, mom, *t):
-        out = {}
+    def after(h, ticket, c, mom, *t):
+        out = {1: [0]}
         for i in range(2):
             ga_i = t[6 + i] if centered else None
             buf_i = t[6 + 2 * centered + i] if momentum else None
             p, s, a, b = rmsprop_step(t[i], t[2 + i], t[4 + i], ga_i, buf_i, 1e-2, 0.9, 1e-8, wd, momentum, maximize)
-            out[3 + i], out[7 + i] = p, s
+            out[4 + i], out[8 + i] = p, s
             if centered:
-                out[9 + i] = a
+                out[10 + i] = a
             if momentum:
-                out[9 + 2 * centered + i] = b
+                out[10 + 2 * centered + i] = b
+            out[4 + 2 * (k - 1) + i] = int(t[2 * k - 2 + i]) + 1
         return out
 
-    return KernelExact("rmsprop_multi_update_", (hyper, centered, bool(momentum), *PS, *GS, *sq, *ga, *bufs), None,
-                       variant=variant, after=after)
+    return KernelExact("rmsprop_multi_update_", (hyper, np.zeros(1, np.uint32), centered, bool(momentum), *PS, *GS,
+                                                 *sq, *ga, *bufs, *steps), None, variant=variant, after=after)
 
 
 def _multi_adagrad(variant, lr_decay, wd, maximize=False):

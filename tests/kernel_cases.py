@@ -417,8 +417,8 @@ def _multi_optim_cases():
             sq = [np.abs(_n(r, d, (k,), 1.0)) + 1 for k in sizes]  # sq >= ga^2: centered variance stays positive
             ga = [_n(r, d, (k,), 0.1) for k in sizes] if centered else []
             bufs = [_n(r, d, (k,), 0.1) for k in sizes] if momentum else []
-            return (np.array([1e-2, 0.9, 1e-8, wd, momentum, float(maximize)]), centered, bool(momentum), *ps, *gs,
-                    *sq, *ga, *bufs), {}
+            return (np.array([1e-2, 0.9, 1e-8, wd, momentum, float(maximize)]), np.zeros(1, np.uint32), centered,
+                    bool(momentum), *ps, *gs, *sq, *ga, *bufs, *steps(r, sizes)), {}
 
         return make
 
@@ -442,9 +442,9 @@ def _multi_optim_cases():
                           inplace=(1, *range(4, 4 + n), *range(4 + 2 * n, 4 + runs * n)))
 
     def rmsprop_case(v, a, shapes):
-        n, runs = len(shapes[0]), 3 + bool(a[1]) + bool(a[2])
+        n, runs = len(shapes[0]), 4 + bool(a[1]) + bool(a[2])  # the ticket (left 0), parameters, state and counts
         return KernelCase("rmsprop_multi_update_", rmsprop(*a), shapes, variant=v,
-                          inplace=(*range(3, 3 + n), *range(3 + 2 * n, 3 + runs * n)))
+                          inplace=(1, *range(4, 4 + n), *range(4 + 2 * n, 4 + runs * n)))
 
     def adagrad_case(v, a, shapes):
         n = len(shapes[0])

@@ -152,6 +152,8 @@ class Optimizer:
     def _validate(self, group):
         pass
 
+    _state_made_lazily = True  # torch makes a parameter's state at its first step that runs (Adagrad: at __init__)
+
     def _init_state(self, group):
         """Made at construction for optimizers whose state torch makes there (Adagrad); others make it lazily."""
     # -- gradients ------------------------------------------------------------------------------------------------
@@ -288,7 +290,13 @@ class Optimizer:
             packed = {k: v for k, v in g.items() if k != "params"}
             packed["params"] = [index.setdefault(p, len(index)) for p in g["params"]]
             groups.append(packed)
-        state = {index[p]: {k: _saved(k, v) for k, v in st.items()} for p, st in self.state.items() if p in index}
+        state = {}
+        for p, st in self.state.items():
+            if p in index:
+                saved = {k: _saved(k, v) for k, v in st.items()}
+                if self._state_made_lazily and "step" in saved and float(saved["step"]) == 0:
+                    continue  # made for steps GradScaler skipped on the device: torch, which skips step(), has none
+                state[index[p]] = saved
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):

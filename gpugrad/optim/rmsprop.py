@@ -11,7 +11,8 @@ class RMSprop(Optimizer):
     buf = momentum * buf + g / avg, p -= lr * buf (momentum > 0), else p -= lr * g / avg.
 
     One ``rmsprop_multi_update_`` launch per group and (device, dtype) for up to 16 parameters, options read from
-    the device. ``state["step"]`` (which torch keeps but RMSprop's math never reads) is counted on the host.
+    the device. ``state["step"]`` (which torch keeps but RMSprop's math never reads) lives on the device and is
+    advanced by the kernel, as Adam's, so a step that GradScaler skips does not count.
 
     >>> opt = optim.RMSprop(model.parameters(), lr=1e-2, momentum=0.9, centered=True)
     """
@@ -37,13 +38,13 @@ class RMSprop(Optimizer):
                 st["momentum_buffer"] = self._zeros(p)
             if centered and "grad_avg" not in st:
                 st["grad_avg"] = self._zeros(p)
-            st["step"] = int(st["step"]) + 1
         targets, low = self._targets(params, states)
-        be.kernels.rmsprop_multi_update_(be.xp, hyper, centered, momentum, *targets,
+        be.kernels.rmsprop_multi_update_(be.xp, hyper, self._ticket(be), centered, momentum, *targets,
                                          *(p._grad._data for p in params), *(st["square_avg"] for st in states),
                                          *((st["grad_avg"] for st in states) if centered else ()),
                                          *((st["momentum_buffer"] for st in states) if momentum else ()),
-                                         skip=self._skip(be), low_params=low)
+                                         *[self._count(be, st) for st in states], skip=self._skip(be),
+                                         low_params=low)
 
 
 class Adagrad(Optimizer):
@@ -64,6 +65,8 @@ class Adagrad(Optimizer):
 
     def _validate(self, g):
         check_options(g, "lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
+
+    _state_made_lazily = False
 
     def _init_state(self, group):
 

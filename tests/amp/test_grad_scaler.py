@@ -87,3 +87,60 @@ def test_errors_and_disabled_scaler_are_torchs(torch):
     for lib in (gpugrad, torch):  # stepping before any scale(): torch's message
         with pytest.raises(AssertionError, match=r"Attempted step but _scale is None"):
             lib.amp.GradScaler("cpu").step(lib.optim.SGD([lib.ones(2, requires_grad=True)], lr=0.1))
+
+
+# Options whose state a skipped step must leave as torch does: SGD's buffer starts as d at the first step that runs
+# (dampening shows it), RMSprop's step count is torch's; Adam's and Adagrad's counts live on the device already.
+SKIPPED_FIRST = {"SGD": dict(momentum=0.9, dampening=0.5), "SGD-nesterov": dict(momentum=0.9, nesterov=True),
+                 "RMSprop": dict(momentum=0.5, centered=True), "Adagrad": dict(lr_decay=0.1),
+                 "Adam": dict(amsgrad=True), "AdamW": {}}
+
+
+def _skipped_first_run(lib, cfg, device, script, steps=8):
+    name = cfg.split("-")[0]
+    rng = np.random.default_rng(1)
+    w = lib.tensor(rng.standard_normal((3, 4)).astype(np.float32), requires_grad=True, device=device)
+    xs = rng.standard_normal((steps, 5, 4)).astype(np.float32)
+    opt = getattr(lib.optim, name)([w], lr=0.05, **SKIPPED_FIRST[cfg])
+    scaler = lib.amp.GradScaler(device, init_scale=2.0 ** 10, growth_interval=3)
+    params, dicts = [], []
+    for k in range(steps):
+        opt.zero_grad()
+        loss = ((lib.tensor(xs[k], device=device) @ w.T) ** 2).mean()
+        if k in script:
+            loss = loss * float(script[k])
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        params.append(w.detach().cpu().numpy().copy())
+        dicts.append({i: {n: np.array(v.detach().cpu().numpy() if hasattr(v, "detach") else v) for n, v in st.items()}
+                      for i, st in opt.state_dict()["state"].items()})
+    return params, dicts
+
+
+def _check_skipped_first(cfg, torch, device):
+    script = {0: np.inf, 1: np.nan, 4: np.inf}  # the first two steps skipped, then one later
+    ours, theirs = _skipped_first_run(gpugrad, cfg, device, script), _skipped_first_run(torch, cfg, "cpu", script)
+    for k, (a, b) in enumerate(zip(ours[0], theirs[0])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"{cfg}: parameters after step {k}")
+    for k, (a, b) in enumerate(zip(ours[1], theirs[1])):
+        assert {i: sorted(st) for i, st in a.items()} == {i: sorted(st) for i, st in b.items()}, f"{cfg}: step {k}"
+        for i, st in b.items():
+            for n, v in st.items():
+                np.testing.assert_allclose(a[i][n], v, rtol=1e-5, atol=1e-6, err_msg=f"{cfg}: {n} after step {k}")
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning", "ignore:overflow:RuntimeWarning")
+@pytest.mark.parametrize("cfg", list(SKIPPED_FIRST))
+def test_skipped_first_steps_leave_the_state_torchs(cfg, torch):
+    """After steps GradScaler skips (the first ones too) every optimizer's parameters, its state's keys and values
+    (step counts, SGD's buffer made at the first step that runs) and its state dict are torch's."""
+    _check_skipped_first(cfg, torch, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning", "ignore:overflow:RuntimeWarning")
+@pytest.mark.parametrize("cfg", list(SKIPPED_FIRST))
+def test_cuda_skipped_first_steps_leave_the_state_torchs(cfg, torch):
+    """The same on CUDA, where the skip is decided by the kernels on the device (no sync in step())."""
+    _check_skipped_first(cfg, torch, "cuda")

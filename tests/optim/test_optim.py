@@ -540,8 +540,8 @@ def test_multi_tensor_kernels_stride_across_tensors(monkeypatch, name, dtype):
         args = (np.array([1e-2, 0.9, 0.999, 1e-8, 0.01, 0.0]), np.zeros(1, np.uint32), True, True, *arrays(),
                 *arrays(), *arrays(0.1), *arrays(0.01, positive=True), *arrays(0.01, positive=True), *counts)
     elif name == "rmsprop_multi_update_":
-        args = (np.array([1e-2, 0.9, 1e-8, 0.01, 0.9, 1.0]), True, True, *arrays(), *arrays(),
-                *[a + 1 for a in arrays(positive=True)], *arrays(0.1), *arrays(0.1))
+        args = (np.array([1e-2, 0.9, 1e-8, 0.01, 0.9, 1.0]), np.zeros(1, np.uint32), True, True, *arrays(),
+                *arrays(), *[a + 1 for a in arrays(positive=True)], *arrays(0.1), *arrays(0.1), *counts)
     else:
         args = (np.array([1e-2, 0.1, 0.01, 1e-10, 0.0]), np.zeros(1, np.uint32), *arrays(), *arrays(),
                 *arrays(positive=True), *counts)
@@ -556,6 +556,46 @@ def test_multi_tensor_kernels_stride_across_tensors(monkeypatch, name, dtype):
     for got, want in zip(args, copy):
         if isinstance(want, np.ndarray):
             np.testing.assert_allclose(got, want, **tol)
+
+
+@pytest.mark.parametrize("found", [0.0, 1.0])
+def test_sgd_unwritten_buffers_start_as_d_until_a_step_runs(monkeypatch, found):
+    """SGD's buffers made for a step GradScaler may skip: while a flag is set the kernel starts the buffer as d (as
+    torch, which makes it at the first step that runs), and the last of the launch's blocks clears every flag; a
+    skipped step leaves all as they were. Under the emulator's random schedule with 2 blocks and 18 tensors (two
+    launches), against the reference and against the closed form b = d = g + wd * p."""
+    emu = pytest.importorskip("gpugrad.testing.cuda_emu")
+    if not emu.compiler_available():
+        pytest.skip("CPU emulator: no C++ compiler found")
+    monkeypatch.setattr(kernels.optim, "_OPTIM_MAX_GRID", 2)
+    sizes = (700, 0, 1, 513, 1300, 3, 0, 511, 512, 2, 1, 1, 0, 1025, 7, 1, 5, 300)
+    rng = np.random.default_rng(1)
+    ps, gs, bufs = ([rng.standard_normal(k) for k in sizes] for _ in range(3))
+    flags = [np.array([i % 3 == 0], np.int32) if i % 3 != 2 else None for i in range(len(sizes))]
+    hyper = np.array([0.1, 0.9, 0.5, 0.01, 0.0, 0.0])
+    first = [False] * len(sizes)
+    runs, want = ([[None if a is None else a.copy() for a in run] for run in (ps, gs, bufs, flags)] for _ in range(2))
+    rt = Launches(emu.EmuRuntime(source_for_family=kernels.source, include_dirs=[str(kernels.kernel_dir())],
+                                 schedule="random", seed=5))
+    ticket, skip = np.zeros(1, np.uint32), np.array([found], np.float32)
+    with kernels.use_runtime(rt):
+        kernels.sgd_multi_update_(np, hyper, first, *runs[0], *runs[1], *runs[2], skip=skip, unwritten=runs[3],
+                                  ticket=ticket)
+    reference.sgd_multi_update_(np, hyper, first, *want[0], *want[1], *want[2], skip=skip, unwritten=want[3])
+    assert ticket[0] == 0 and len(rt.seen) == 2  # launched either way: a skip is the kernel's own decision
+    for got, ref in zip((*runs[0], *runs[2], *runs[3]), (*want[0], *want[2], *want[3])):
+        if ref is not None:
+            np.testing.assert_allclose(got, ref, rtol=1e-13, atol=1e-15)
+    for i, f in enumerate(flags):
+        d = gs[i] + 0.01 * ps[i]
+        if found:
+            np.testing.assert_array_equal(runs[2][i], bufs[i])
+            assert f is None or runs[3][i][0] == f[0]
+        else:
+            started = f is not None and f[0] != 0
+            np.testing.assert_allclose(runs[2][i], d if started else 0.9 * bufs[i] + 0.5 * d, rtol=1e-13, atol=1e-15)
+            np.testing.assert_allclose(runs[0][i], ps[i] - 0.1 * runs[2][i], rtol=1e-13, atol=1e-15)
+            assert f is None or runs[3][i][0] == 0
 
 
 # ---- on CUDA (the simulated device in CI) ----------------------------------------------------------------------------

@@ -71,7 +71,9 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # launchers of every kernel family (dtype checks, float32 statistics, sums rounded once; ~150), the optimizers'
 # float32 master weights (state, stale-master rule, kernel slots; ~85), the graph's one- or two-edge nodes, integer
 # pow, atleast_nd / dstack / column_stack / row_stack; the GradScaler's state in `gpugrad train` checkpoints.
-BUDGETS = {"library": 15435, "tooling": 2975, "testing": 2115}
+# library 15435 -> 15500 (issue 22, +64): a step GradScaler skips leaves the optimizers as torch's: SGD's device flags
+# for buffers no step has written (kernel slot, launcher checks, state_dict), RMSprop's step counts on the device.
+BUDGETS = {"library": 15500, "tooling": 2975, "testing": 2115}
 
 
 def code_lines(path: Path) -> int:

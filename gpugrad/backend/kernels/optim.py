@@ -151,19 +151,37 @@ def _skip(rt, name, skip):
     return skip if skip is None else rt.ascontiguousarray(skip)
 
 
-def sgd_multi_update_(xp, hyper, first_steps, *tensors, skip=None, low_params=None):
+def sgd_multi_update_(xp, hyper, first_steps, *tensors, skip=None, low_params=None, unwritten=None, ticket=None):
     """sgd_update_ of n = len(first_steps) tensors at once: ``tensors`` = n parameters, their n gradients and, for
     momentum, their n momentum buffers (given buffers mean momentum is applied); ``hyper`` = float64 [lr, momentum,
     dampening, weight_decay, nesterov, maximize] on the device, read by the kernel; ``first_steps[i]``: buffer i
-    starts as d. ``low_params``: the master-weight form (see :func:`_multi_in`), the kernel ``<gg::bf16>`` or
-    ``<gg::f16>``."""
+    starts as d. ``unwritten``: n int32 (1,) device flags or Nones (nonzero: buffer i also starts as d; a step that
+    runs zeroes them, see optim.cu), which need ``ticket`` (as adam_multi_update_'s). ``low_params``: the
+    master-weight form (see :func:`_multi_in`), the kernel ``<gg::bf16>`` or ``<gg::f16>``."""
     name = "sgd_multi_update_"
     n = len(first_steps)
     rt, ctype, hyper, runs, back, qs = _multi_in(name, hyper, n, tensors, (2, 3), low_params=low_params)
     bufs = runs[2] if len(runs) == 3 else [None] * n
-    slots = [(p, q, g, b, p.size, int(bool(f))) for p, q, g, b, f in zip(runs[0], qs, runs[1], bufs, first_steps)]
-    _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip)), slots, [p.size for p in runs[0]],
-                  (None, None, None, None, 0, 0), False, back)
+    flags = _unwritten(name, unwritten, n, bufs)
+    ticket = _ticket(rt, name, ticket) if any(f is not None for f in flags) else None
+    slots = [(p, q, g, b, p.size, int(bool(f)), u)
+             for p, q, g, b, f, u in zip(runs[0], qs, runs[1], bufs, first_steps, flags)]
+    _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip), ticket), slots, [p.size for p in runs[0]],
+                  (None, None, None, None, 0, 0, None), ticket is not None, back)
+
+
+def _unwritten(name, unwritten, n, bufs):
+    """sgd_multi_update_'s flags, checked: one-element int32 device arrays, only beside momentum buffers."""
+    if unwritten is None:
+        return [None] * n
+    flags = list(unwritten)
+    if len(flags) != n:
+        raise ValueError(f"{name}: expected {n} unwritten flags (one per parameter), got {len(flags)}")
+    for f, b in zip(flags, bufs):
+        if f is not None and (f.dtype != "int32" or f.shape != (1,) or b is None):
+            raise TypeError(f"{name}: an unwritten flag must be an int32 array of shape (1,) beside a momentum "
+                            f"buffer, got {_describe([f])}" + ("" if b is not None else " without a buffer"))
+    return flags
 
 
 def _ticket(rt, name, ticket):
@@ -191,19 +209,23 @@ def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors, skip=Non
                   (None,) * 7 + (0,), True, back)
 
 
-def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors, skip=None, low_params=None):
+def rmsprop_multi_update_(xp, hyper, ticket, centered, momentum, *tensors, skip=None, low_params=None):
     """torch.optim.RMSprop's step of n tensors at once: ``tensors`` = n parameters, n gradients, n square_avg, (when
-    ``centered``) n grad_avg and (with ``momentum``) n momentum buffers; ``hyper`` = float64 [lr, alpha, eps,
-    weight_decay, momentum, maximize] on the device, read by the kernel. ``low_params``: the master-weight form (see
+    ``centered``) n grad_avg, (with ``momentum``) n momentum buffers and n step counts (int64 0-d arrays, advanced
+    by one on the device, as Adam's); ``hyper`` = float64 [lr, alpha, eps, weight_decay, momentum, maximize] on the
+    device, read by the kernel; ``ticket`` as adam_multi_update_'s. ``low_params``: the master-weight form (see
     :func:`_multi_in`)."""
     name, runs_n = "rmsprop_multi_update_", 3 + bool(centered) + bool(momentum)
-    n = len(tensors) // runs_n
-    rt, ctype, hyper, runs, back, qs = _multi_in(name, hyper, n, tensors, (runs_n,), low_params=low_params)
+    n = len(tensors) // (runs_n + 1)
+    rt, ctype, hyper, runs, back, qs = _multi_in(name, hyper, n, tensors, (runs_n,), counts=True,
+                                                 low_params=low_params)
+    ticket = _ticket(rt, name, ticket)
     ga = runs[3] if centered else [None] * n
-    bufs = runs[-1] if momentum else [None] * n
-    slots = [(p, q, g, sq, a, b, p.size) for p, q, g, sq, a, b in zip(runs[0], qs, *runs[1:3], ga, bufs)]
-    _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip)), slots, [s[-1] for s in slots], (None,) * 6 + (0,),
-                  False, back)
+    bufs = runs[3 + bool(centered)] if momentum else [None] * n
+    slots = [(p, q, g, sq, a, b, c, p.size) for p, q, g, sq, a, b, c in zip(runs[0], qs, *runs[1:3], ga, bufs,
+                                                                            runs[-1])]
+    _multi_launch(rt, name, ctype, (hyper, _skip(rt, name, skip), ticket), slots, [s[-1] for s in slots],
+                  (None,) * 7 + (0,), True, back)
 
 
 def adagrad_multi_update_(xp, hyper, ticket, *tensors, skip=None, low_params=None):

@@ -109,20 +109,27 @@ def _runs(name, tensors, n, kinds):
     return [tensors[k * n:(k + 1) * n] for k in range(len(tensors) // n if n else 0)]
 
 
-def sgd_multi_update_(xp, hyper, first_steps, *tensors, skip=None, low_params=None):
+def sgd_multi_update_(xp, hyper, first_steps, *tensors, skip=None, low_params=None, unwritten=None, ticket=None):
     """sgd_update_ of n = len(first_steps) tensors: ``tensors`` = n parameters, n gradients and, for momentum, n
     momentum buffers (given buffers mean momentum is applied); hyper = [lr, momentum, dampening, weight_decay,
-    nesterov, maximize] (float64); ``first_steps[i]``: buffer i starts as d; maximize: g = -g first.
-    ``low_params``: the master-weight form (:func:`_masters_in`)."""
+    nesterov, maximize] (float64); ``first_steps[i]``: buffer i starts as d; maximize: g = -g first. ``unwritten``:
+    n int32 (1,) flags or Nones: nonzero, buffer i also starts as d, and a step that runs zeroes every flag (a step
+    GradScaler skips leaves them); ``ticket``: the kernel's block counter (unused here). ``low_params``: the
+    master-weight form (:func:`_masters_in`)."""
     if _skipped(skip):
         return
     tensors = _masters_in(xp, "sgd_multi_update_", tensors, len(first_steps), low_params)
     runs = _runs("sgd_multi_update_", tensors, len(first_steps), (2, 3))
+    flags = [None] * len(first_steps) if unwritten is None else list(unwritten)
     lr, momentum, dampening, weight_decay, nesterov, maximize = (float(h) for h in hyper)
-    for i, first in enumerate(first_steps):
+    for i, (first, flag) in enumerate(zip(first_steps, flags)):
         buf = runs[2][i] if len(runs) == 3 else None
         g = -runs[1][i] if maximize else runs[1][i]
-        _sgd(runs[0][i], g, buf, lr, momentum, dampening, weight_decay, nesterov != 0, first)
+        _sgd(runs[0][i], g, buf, lr, momentum, dampening, weight_decay, nesterov != 0,
+             first or (flag is not None and bool(flag[0] != 0)))
+    for flag in flags:
+        if flag is not None:
+            flag[...] = 0
     _masters_out(runs[0], low_params)
 
 
@@ -145,19 +152,21 @@ def adam_multi_update_(xp, hyper, ticket, decoupled, amsgrad, *tensors, skip=Non
     _masters_out(runs[0], low_params)
 
 
-def rmsprop_multi_update_(xp, hyper, centered, momentum, *tensors, skip=None, low_params=None):
+def rmsprop_multi_update_(xp, hyper, ticket, centered, momentum, *tensors, skip=None, low_params=None):
     """torch.optim.RMSprop of n tensors: ``tensors`` = n parameters, n gradients, n square_avg, (``centered``) n
-    grad_avg, (``momentum``) n momentum buffers; hyper = [lr, alpha, eps, weight_decay, momentum, maximize]:
+    grad_avg, (``momentum``) n momentum buffers and n step counts (as adam_multi_update_'s, which the math does not
+    read); ``ticket`` as adam_multi_update_'s; hyper = [lr, alpha, eps, weight_decay, momentum, maximize]:
     g = -g (maximize); g += wd * p; sq = alpha * sq + (1 - alpha) * g^2; centered: ga = lerp(ga, g, 1 - alpha),
     avg = sqrt(sq - ga^2) + eps, else sqrt(sq) + eps; buf = momentum * buf + g / avg, p -= lr * buf, or
     p -= lr * g / avg. ``low_params``: the master-weight form (:func:`_masters_in`)."""
     if _skipped(skip):
         return
-    k = 3 + bool(centered) + bool(momentum)
-    tensors = _masters_in(xp, "rmsprop_multi_update_", tensors, len(tensors) // k, low_params)
+    k = 4 + bool(centered) + bool(momentum)
+    tensors = _masters_in(xp, "rmsprop_multi_update_", tensors, len(tensors) // k, low_params, counts=1)
     runs = _runs("rmsprop_multi_update_", tensors, len(tensors) // k, (k,))
     lr, alpha, eps, weight_decay, mom, maximize = (float(h) for h in hyper)
-    for p, g, sq, *rest in zip(*runs):
+    for p, g, sq, *rest, step in zip(*runs):
+        step[...] = int(step) + 1
         g = -g if maximize else g
         g = g + _s(p, weight_decay) * p if weight_decay != 0 else g
         sq *= _s(p, alpha)
