@@ -154,6 +154,19 @@ def test_matches_torch_optim(torch, name, cfg):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.parametrize("name,cfg", TORCH_CONFIGS, ids=str)
+def test_large_parameters_match_torch_optim(monkeypatch, torch, name, cfg):
+    """Parameters past the CPU update's pieces (reference/optim.py _PIECE elements: a ragged last piece, and one
+    exactly two pieces long, which is updated whole) step as torch's."""
+    piece = reference.optim._PIECE
+    monkeypatch.setitem(globals(), "SHAPES", ((3, piece + 1001), (2 * piece,), (5,)))
+    want = run_torch(torch, name, cfg, two_groups(cfg))
+    got = run_gpugrad(lambda g: getattr(optim, name)(g, **cfg), two_groups(cfg))
+    for step in range(STEPS):
+        for a, b in zip(got[step], want[step]):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+
+
 # ---- semantics and errors --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), lambda ps: optim.Adam(ps)])
 def test_params_without_grad_are_skipped(make):

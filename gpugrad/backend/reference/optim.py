@@ -13,8 +13,32 @@ def sgd_update_(xp, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, 
     _sgd(p, g, buf if momentum != 0 else None, lr, momentum, dampening, weight_decay, nesterov, first_step)
 
 
+# Elements per piece of an update (128 KB of float32): a piece's temporaries stay in the core's L2 cache, so a large
+# tensor's update reads and writes each array once from memory, not once per NumPy operation (on a 1024 x 1024
+# float32 weight, SGD's p -= lr * g takes 0.65 ms whole and 0.43 ms in pieces).
+_PIECE = 32768
+
+
+def _in_pieces(update, *arrays):
+    """``update(*arrays)`` elementwise, in pieces of _PIECE elements when the arrays (None for an absent state) are
+    all C-contiguous and large: the same operations on each element, so the same bits."""
+    live = [a for a in arrays if a is not None]
+    n = live[0].size
+    if n <= 2 * _PIECE or not all(a.flags.c_contiguous and a.size == n for a in live):
+        update(*arrays)
+        return
+    flat = [None if a is None else a.reshape(-1) for a in arrays]
+    for i in range(0, n, _PIECE):
+        update(*[None if a is None else a[i:i + _PIECE] for a in flat])
+
+
 def _sgd(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
     """sgd_update_ of one tensor; buf None: no momentum."""
+    _in_pieces(lambda p, g, buf: _sgd_piece(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step),
+               p, g, buf)
+
+
+def _sgd_piece(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
     # In-place updates (same roundings as the out-of-place formulas): the CPU step allocates only d's temporaries.
     d = g + _s(p, weight_decay) * p if weight_decay != 0 else g
     if buf is not None:
@@ -37,6 +61,11 @@ def adam_update_(xp, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, deco
 
 def _adam(xp, p, g, m, v, vmax, step, lr, beta1, beta2, eps, weight_decay, decoupled):
     """adam_update_, and with amsgrad (``vmax`` not None): vmax = max(vmax, v), read in place of v."""
+    _in_pieces(lambda p, g, m, v, vmax: _adam_piece(xp, p, g, m, v, vmax, step, lr, beta1, beta2, eps, weight_decay,
+                                                    decoupled), p, g, m, v, vmax)
+
+
+def _adam_piece(xp, p, g, m, v, vmax, step, lr, beta1, beta2, eps, weight_decay, decoupled):
     bc1, bc2 = 1.0 - beta1**step, 1.0 - beta2**step
     if weight_decay != 0:
         if decoupled:
@@ -165,23 +194,26 @@ def rmsprop_multi_update_(xp, hyper, ticket, centered, momentum, *tensors, skip=
     tensors = _masters_in(xp, "rmsprop_multi_update_", tensors, len(tensors) // k, low_params, counts=1)
     runs = _runs("rmsprop_multi_update_", tensors, len(tensors) // k, (k,))
     lr, alpha, eps, weight_decay, mom, maximize = (float(h) for h in hyper)
-    for p, g, sq, *rest, step in zip(*runs):
-        step[...] = int(step) + 1
+    def piece(p, g, sq, ga, buf):
         g = -g if maximize else g
         g = g + _s(p, weight_decay) * p if weight_decay != 0 else g
         sq *= _s(p, alpha)
         sq += _s(p, 1.0 - alpha) * g * g
         var = sq
-        if centered:
-            _lerp(rest[0], g, _s(p, 1.0 - alpha))
-            var = sq - rest[0] * rest[0]
+        if ga is not None:
+            _lerp(ga, g, _s(p, 1.0 - alpha))
+            var = sq - ga * ga
         avg = xp.sqrt(var) + _s(p, eps)
-        if momentum:
-            rest[-1] *= _s(p, mom)
-            rest[-1] += g / avg
-            p -= _s(p, lr) * rest[-1]
+        if buf is not None:
+            buf *= _s(p, mom)
+            buf += g / avg
+            p -= _s(p, lr) * buf
         else:
             p -= _s(p, lr) * (g / avg)
+
+    for p, g, sq, *rest, step in zip(*runs):
+        step[...] = int(step) + 1
+        _in_pieces(piece, p, g, sq, rest[0] if centered else None, rest[-1] if momentum else None)
     _masters_out(runs[0], low_params)
 
 
@@ -195,11 +227,15 @@ def adagrad_multi_update_(xp, hyper, ticket, *tensors, skip=None, low_params=Non
     tensors = _masters_in(xp, "adagrad_multi_update_", tensors, len(tensors) // 4, low_params, counts=1)
     runs = _runs("adagrad_multi_update_", tensors, len(tensors) // 4, (4,))
     lr, lr_decay, weight_decay, eps, maximize = (float(h) for h in hyper)
-    for p, g, total, step in zip(*runs):
+    def piece(p, g, total, clr):
         g = -g if maximize else g
         g = g + _s(p, weight_decay) * p if weight_decay != 0 else g
         total += g * g
-        p -= _s(p, lr / (1 + int(step) * lr_decay)) * (g / (xp.sqrt(total) + _s(p, eps)))
+        p -= _s(p, clr) * (g / (xp.sqrt(total) + _s(p, eps)))
+
+    for p, g, total, step in zip(*runs):
+        clr = lr / (1 + int(step) * lr_decay)
+        _in_pieces(lambda p, g, total: piece(p, g, total, clr), p, g, total)
         step[...] = int(step) + 1
     _masters_out(runs[0], low_params)
 
