@@ -97,9 +97,13 @@ def _calibrate(clock, fn, min_sample_s, first, max_number=1 << 20):
     return number
 
 
-def measure_many(fns, *, repeats=7, warmup=1, number=None, min_sample_s=0.005, clock=None) -> dict:
+def measure_many(fns, *, repeats=7, warmup=1, number=None, min_sample_s=0.005, clock=None, settle_s=0.0) -> dict:
     """{name: Timing} for a dict of functions, their samples interleaved round-robin after each one's warm-up
-    (the last warm-up call is timed and seeds the calibration of ``number``)."""
+    (the last warm-up call is timed and seeds the calibration of ``number``). ``settle_s``: before each sample the
+    function also runs untimed for that long. NOTE: for CPU peers with thread pools of their own (NumPy's OpenBLAS,
+    torch's OpenMP): a pool's idle workers spin for a while after its last product, and a peer sampled in that
+    window shares the cores with them (the MLP step at batch 64: torch 19.6 ms right after gpugrad's step, 4.8 ms
+    after 0.2 s of its own steps)."""
     clock = clock or HostClock()
     numbers = {}
     for name, fn in fns.items():
@@ -110,8 +114,17 @@ def measure_many(fns, *, repeats=7, warmup=1, number=None, min_sample_s=0.005, c
     samples = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
+            _settle(fn, settle_s)
             samples[name].append(clock.run(fn, numbers[name]) / numbers[name])
     return {name: Timing(tuple(s), numbers[name]) for name, s in samples.items()}
+
+
+def _settle(fn, seconds):
+    if seconds > 0:
+        end = time.perf_counter() + seconds
+        fn()
+        while time.perf_counter() < end:
+            fn()
 
 
 def measure(fn, **kw) -> Timing:

@@ -2,9 +2,11 @@
 on a fake clock, and that every baseline and PyTorch peer computes what the kernel it is compared with computes."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -371,6 +373,20 @@ def test_samples_are_interleaved():
     calls = []
     measure_many({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3, warmup=1, number=1)
     assert calls == ["a", "b"] + ["a", "b"] * 3  # timed warm-ups, then a, b round-robin
+
+
+def test_settling_runs_each_function_alone_before_its_samples():
+    """settle_s: before each sample the function runs untimed, for at least that long, with no other in between."""
+    calls = []
+
+    def fn(name):
+        return lambda: (calls.append(name), time.sleep(0.005))
+
+    measure_many({"a": fn("a"), "b": fn("b")}, repeats=2, warmup=1, number=1, settle_s=0.02)
+    assert calls[:2] == ["a", "b"]  # the timed warm-ups
+    runs = [(name, len(list(group))) for name, group in itertools.groupby(calls[2:])]
+    assert [name for name, _ in runs] == ["a", "b", "a", "b"]
+    assert all(n >= 5 for _, n in runs)  # >= 4 untimed calls of 5 ms fill 20 ms, then the timed one
 
 
 def test_timing_of_a_constant_is_that_constant():

@@ -52,6 +52,7 @@ def mlp_batch(backend, batch, sizes=MLP_SIZES, seed=1):
 
 
 MLP_IMPLS = ("baseline", "gpugrad", "gpugrad_graph", "torch")
+SETTLE_S = 0.2  # CPU: each implementation runs this long before each of its samples (timing.measure_many)
 
 
 def mlp_steps(backend, batch, sizes=MLP_SIZES, lr=0.01, seed=0, impls=MLP_IMPLS, amp=None):
@@ -179,6 +180,8 @@ def run_mlp(backend, timer, batches, repeats=None, tick=None, amp=None):
         entry = {"batch": batch, "sizes": list(MLP_SIZES), "impls": {},
                  "unavailable": {k: v for k, v in steps.items() if isinstance(v, str)}}
         kw = {} if repeats is None else {"repeats": repeats}
+        if backend.name == "cpu":  # torch's OpenMP pool and NumPy's OpenBLAS pool take turns: see measure_many
+            kw["settle_s"] = SETTLE_S
         for impl, t in timer.many({k: v for k, v in steps.items() if not isinstance(v, str)}, **kw).items():
             entry["impls"][impl] = {**t.as_dict(), "samples_per_s": batch / t.median}
         if tick:
