@@ -134,7 +134,10 @@ def test_linalg_refuses_as_torch(call):
 
 
 def test_singular_matrices_raise_linalg_errors_with_torchs_messages(torch):
-    singular = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]
+    # row 2 = 2 x row 1: partial pivoting's LU reaches U[2, 2] = 0 exactly (multipliers 1/2, small integers), on any
+    # LAPACK; [[1, 2, 3], [4, 5, 6], [7, 8, 9]] leaves a rounding residue there that one build treats as singular
+    # and another (torch's MKL on an AVX-512 machine) inverts
+    singular = [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 1.0, 1.0]]
     batch = [np.eye(3).tolist(), singular]
     for lib in (torch, gpugrad):
         with pytest.raises(lib.linalg.LinAlgError, match="linalg.inv: The diagonal element 3 is zero, the inversion "
