@@ -170,8 +170,7 @@ _SHORT_NAMES = {"float64": "Double", "float32": "Float", "float16": "Half", "bfl
 
 def _same_dtypes(x, w, b):
     """As torch, linear's input, weight and bias share one dtype (no promotion): torch's addmm / matmul errors."""
-    names = {a.dtype.name for a in (x, w) + ((b,) if b is not None else ())}
-    if len(names) == 1:
+    if x.dtype == w.dtype and (b is None or b.dtype == w.dtype):  # NOTE: not dtype.name, a Python property
         return
     detail = f" (linear: input {x.dtype}, weight {w.dtype}, bias {None if b is None else b.dtype}; convert with .to)"
     if b is None:
