@@ -528,17 +528,26 @@ class Launches:
         return getattr(self.rt, attr)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", ["sgd_multi_update_", "adam_multi_update_", "rmsprop_multi_update_",
-                                  "adagrad_multi_update_"])
-def test_multi_tensor_kernels_stride_across_tensors(monkeypatch, name, dtype):
-    """The grid capped at 2 blocks (512 threads): tensors start past the first stride, large ones take several
-    turns, and 18 tensors take two launches (16 + 2); under the emulator's random schedule, as the reference."""
+STRIDE_SIZES = (700, 0, 1, 513, 1300, 3, 0, 511, 512, 2, 1, 1, 0, 1025, 7, 1, 5, 300)  # 18 tensors: 2 launches
+
+
+@pytest.fixture
+def two_blocks(monkeypatch):
+    """The CPU emulator, with the optimizer kernels' grid capped at 2 blocks (512 threads)."""
     emu = pytest.importorskip("gpugrad.testing.cuda_emu")
     if not emu.compiler_available():
         pytest.skip("CPU emulator: no C++ compiler found")
     monkeypatch.setattr(kernels.optim, "_OPTIM_MAX_GRID", 2)
-    sizes = (700, 0, 1, 513, 1300, 3, 0, 511, 512, 2, 1, 1, 0, 1025, 7, 1, 5, 300)
+    return emu
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["sgd_multi_update_", "adam_multi_update_", "rmsprop_multi_update_",
+                                  "adagrad_multi_update_"])
+def test_multi_tensor_kernels_stride_across_tensors(two_blocks, name, dtype):
+    """The grid capped at 2 blocks (512 threads): tensors start past the first stride, large ones take several
+    turns, and 18 tensors take two launches (16 + 2); under the emulator's random schedule, as the reference."""
+    emu, sizes = two_blocks, STRIDE_SIZES
     rng = np.random.default_rng(0)
 
     def arrays(scale=1.0, positive=False):
@@ -572,16 +581,12 @@ def test_multi_tensor_kernels_stride_across_tensors(monkeypatch, name, dtype):
 
 
 @pytest.mark.parametrize("found", [0.0, 1.0])
-def test_sgd_unwritten_buffers_start_as_d_until_a_step_runs(monkeypatch, found):
+def test_sgd_unwritten_buffers_start_as_d_until_a_step_runs(two_blocks, found):
     """SGD's buffers made for a step GradScaler may skip: while a flag is set the kernel starts the buffer as d (as
     torch, which makes it at the first step that runs), and the last of the launch's blocks clears every flag; a
     skipped step leaves all as they were. Under the emulator's random schedule with 2 blocks and 18 tensors (two
     launches), against the reference and against the closed form b = d = g + wd * p."""
-    emu = pytest.importorskip("gpugrad.testing.cuda_emu")
-    if not emu.compiler_available():
-        pytest.skip("CPU emulator: no C++ compiler found")
-    monkeypatch.setattr(kernels.optim, "_OPTIM_MAX_GRID", 2)
-    sizes = (700, 0, 1, 513, 1300, 3, 0, 511, 512, 2, 1, 1, 0, 1025, 7, 1, 5, 300)
+    emu, sizes = two_blocks, STRIDE_SIZES
     rng = np.random.default_rng(1)
     ps, gs, bufs = ([rng.standard_normal(k) for k in sizes] for _ in range(3))
     flags = [np.array([i % 3 == 0], np.int32) if i % 3 != 2 else None for i in range(len(sizes))]
