@@ -15,10 +15,13 @@ pytestmark = pytest.mark.gpu
 STEPS, BAD = 8, {3}  # the step whose gradients overflow
 
 
-def _setup(dev, seed=0):
+OPTIMIZERS = {"AdamW": dict(lr=3e-3), "SGD": dict(lr=0.05, momentum=0.9, dampening=0.3)}
+
+
+def _setup(dev, seed=0, opt="AdamW"):
     gpugrad.manual_seed(seed)
     model = gpugrad.nn.MLP([12, 32, 32, 5]).to(dev)
-    opt = gpugrad.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = getattr(gpugrad.optim, opt)(model.parameters(), **OPTIMIZERS[opt])
     rng = np.random.default_rng(1)
     data = [(rng.standard_normal((16, 12)).astype(np.float32), rng.integers(0, 5, 16)) for _ in range(STEPS)]
     return model, opt, data
@@ -94,11 +97,12 @@ def test_tf32_switches_float32_gemms_to_the_fast_compute_type(torch):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning", "ignore:overflow:RuntimeWarning")
-def test_a_scaled_step_makes_no_host_sync():
-    model, opt, data = _setup("cuda")
+@pytest.mark.parametrize("opt_name,warm_up", [("AdamW", 1.0), ("SGD", np.inf)])
+def test_a_scaled_step_makes_no_host_sync(opt_name, warm_up):
+    model, opt, data = _setup("cuda", opt=opt_name)
     scaler = gpugrad.amp.GradScaler("cuda", init_scale=2.0 ** 12, growth_interval=2)
     x, y = gpugrad.tensor(data[0][0], device="cuda"), gpugrad.tensor(data[0][1], device="cuda")
-    blow = gpugrad.tensor(1.0, device="cuda")
+    blow = gpugrad.tensor(warm_up, device="cuda")
     _step(model, opt, scaler, x, y, blow)  # warm-up: optimizer state, gradient buffers, the scale on the device
     for value in (1.0, np.inf):  # a clean step and a skipped one: neither reads anything back
         blow.copy_(gpugrad.tensor(value, device="cuda"))
@@ -107,20 +111,25 @@ def test_a_scaled_step_makes_no_host_sync():
             _step(model, opt, scaler, x, y, blow)
         counts = cuda_sim.counters()
         assert counts["syncs"] == 0 and counts["d2h"] == 0 and counts["h2d"] == 0
-        print(f"\nGradScaler step (bf16 autocast MLP 12-32-32-5, AdamW, {'overflow' if value > 1 else 'clean'}) on "
+        what = "overflow" if value > 1 else "clean"
+        print(f"\nGradScaler step (bf16 autocast MLP 12-32-32-5, {opt_name}, {what}) on "
               f"the simulated device: {counts['launches']} launches, {counts['syncs']} syncs, {counts['d2h']} "
               "reads back")
-    assert scaler.get_scale() == 2.0 ** 12  # grown after 2 clean steps, halved by the overflow: on the device
+    # grown after 2 clean steps, halved by the overflow (an overflowing warm-up: halved twice), on the device
+    assert scaler.get_scale() == (2.0 ** 12 if warm_up == 1 else 2.0 ** 10)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning", "ignore:overflow:RuntimeWarning")
-def test_a_captured_scaled_step_replays_as_eager_steps():
+@pytest.mark.parametrize("opt_name,warm_up", [("AdamW", 1.0), ("SGD", 1.0), ("SGD", np.inf)])
+def test_a_captured_scaled_step_replays_as_eager_steps(opt_name, warm_up):
+    """warm_up inf: the step before the capture overflows, so SGD's momentum buffers exist but no step has written
+    them (their device flags are set): the first replay that runs starts them as d, as the eager step does."""
     runs = []
     for captured in (False, True):
-        model, opt, data = _setup("cuda")
+        model, opt, data = _setup("cuda", opt=opt_name)
         scaler = gpugrad.amp.GradScaler("cuda", init_scale=2.0 ** 12, growth_interval=2)
         x, y = gpugrad.tensor(data[0][0], device="cuda"), gpugrad.tensor(data[0][1], device="cuda")
-        blow = gpugrad.tensor(1.0, device="cuda")
+        blow = gpugrad.tensor(warm_up, device="cuda")
         _step(model, opt, scaler, x, y, blow)  # warm-up (step 0)
         if captured:
             g = gpugrad.cuda.CUDAGraph()
