@@ -260,6 +260,26 @@ KNOWN = [
           lambda f, m: "forward" in f and m.kind == "tangent" and _torch_nan_only(m)
           and _any(f, "matmul", "bmm", "linear", "mm", "mv", "dot", "einsum", "outer", "ger", "bias_act",
                    "layer_norm")),
+    Known("torch's tangents require grad through zero tangents it makes up",
+          "torch's JVP formulas multiply a zero tangent it makes up for an operand without one by the other operands "
+          "(mul: self_t * other + other_t * self, self_t = 0), so a tangent requires grad when an operand does even "
+          "where it does not depend on it; gpugrad's tangent records only the terms it has. A backward through it "
+          "gives that leaf zeros in torch and raises 'does not require grad' in gpugrad: excused only where every "
+          "leaf gradient torch computed is zero",
+          lambda f, m: m.where.endswith(":tangent") and "dual" in f
+          and _only("gpugrad", m, text="does not require grad and does not have a grad_fn")
+          and _fd(m, lambda p: all(_zeros(v.t.grad) for v in p.vars if v.leaf))),
+    Known("prod's tangent at an infinite factor",
+          "where a factor of prod is infinite (x / 0) and so is its tangent, torch's JVP formula (the product over "
+          "each factor) gives NaN; gpugrad's sum of t_i times the other factors gives the infinity of its largest "
+          "term. Only elements NaN in torch and infinite in gpugrad may differ",
+          lambda f, m: m.where == "prod" and m.kind == "tangent" and _torch_nan_only(m)
+          and not np.isfinite(m.got[np.isnan(m.want)]).any()),
+    Known("torch's gradient of det's tangent",
+          "torch 2.13's backward through the tangent of linalg.det is wrong: it differs from float64 finite "
+          "differences of w det(A) tr(A^-1 T) and from torch's own autograd of that closed form, which gpugrad's "
+          "equals (tests/compat/test_linalg.py test_gradient_of_dets_tangent_is_the_closed_forms)",
+          lambda f, m: m.where.endswith(":tangent") and m.kind == "value" and _any(f, "linalg_det", "det")),
     Known("the tangent of .grad after backward in a dual level",
           "torch's AccumulateGrad stores a gradient it holds the only reference to as is, detached (its tangent is "
           "dropped), and one that is shared as a clone (the tangent kept), so whether a leaf's .grad has a tangent "
