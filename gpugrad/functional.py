@@ -555,7 +555,7 @@ def take_along_dim(input, indices, dim=None):
     """``input``'s entries at ``indices`` along ``dim`` (over the flattened input without one); the other dims
     broadcast against each other, as torch's (gather's index is cut to the input instead)."""
     if dim is None:
-        return input.reshape(-1).gather(0, indices.reshape(-1))
+        return input.reshape(-1).gather(0, indices.reshape(-1))  # as torch: negative ids are not wrapped here
     if not input.ndim:
         raise IndexError(f"take_along_dim(): Dimension specified as {dim} but tensor has no dimensions")
     d = _axis(input, dim, "take_along_dim")
@@ -566,7 +566,18 @@ def take_along_dim(input, indices, dim=None):
         rest = np.broadcast_shapes(*(tuple(t.shape[:d]) + (1,) + tuple(t.shape[d + 1:]) for t in (input, indices)))
         input = input.expand(rest[:d] + (input.shape[d],) + rest[d + 1:])
         indices = indices.expand(rest[:d] + (indices.shape[d],) + rest[d + 1:])
-    return input.gather(d, indices)
+    return input.gather(d, _wrapped_indices(indices, input.shape[d]))
+
+
+def _wrapped_indices(indices, size):
+    """take_along_dim's indices along a dim, the negative ones counted from the end as torch's (gather's are not):
+    no host read. An index outside [-size, size) is then gather's error, where torch's CPU kernel reads past the
+    dim without a check."""
+    idx = indices._data if isinstance(indices, TensorBase) else indices
+    if getattr(idx, "dtype", None) is None or idx.dtype.kind not in "iu":
+        return indices  # gather refuses it, with its message
+    xp = indices._backend.xp
+    return _make(xp.where(idx < 0, idx + size, idx), indices._backend)
 
 
 @composite("nonzero")

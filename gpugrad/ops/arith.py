@@ -8,6 +8,7 @@ import numpy as np
 
 from gpugrad.backend import reference as R
 from gpugrad.core.op import Op, named
+from gpugrad.core.promotion import _np_result_type
 from gpugrad.core.registry import REGISTRY, register
 from gpugrad.core.tensor import TensorBase, as_operand, new
 
@@ -361,6 +362,12 @@ class Clamp(Op):
         if min is None and max is None:
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         if not isinstance(min, TensorBase) and not isinstance(max, TensorBase):
+            if isinstance(input, TensorBase) and input._data.dtype.kind in "biu":
+                # as torch: the bounds take part in the result type, so an integer tensor with a float bound gives
+                # the default float dtype (and clamp_ on it refuses: the result cannot be cast back)
+                want = _np_result_type((input, *(b for b in (min, max) if b is not None)))
+                if want != input._data.dtype:
+                    input = input.to(dtype=want)
             return Clamp.apply(input, lo=min, hi=max)
         y = _clamp_to_tensors(input, None if min is None else as_operand(min, input),
                               None if max is None else as_operand(max, input))

@@ -270,16 +270,39 @@ KNOWN = [
           and _only("gpugrad", m, text="does not require grad and does not have a grad_fn")
           and _fd(m, lambda p: all(_zeros(v.t.grad) for v in p.vars if v.leaf))),
     Known("prod's tangent at an infinite factor",
-          "where a factor of prod is infinite (x / 0) and so is its tangent, torch's JVP formula (the product over "
-          "each factor) gives NaN; gpugrad's sum of t_i times the other factors gives the infinity of its largest "
-          "term. Only elements NaN in torch and infinite in gpugrad may differ",
-          lambda f, m: m.where == "prod" and m.kind == "tangent" and _torch_nan_only(m)
+          "where a factor of prod or cumprod is infinite (x / 0, a power overflowing) and so is its tangent, torch's "
+          "JVP formula (the product over each factor) gives NaN; gpugrad's sum of t_i times the other factors gives "
+          "the infinity of its largest term. Only elements NaN in torch and infinite in gpugrad may differ",
+          lambda f, m: m.where in ("prod", "cumprod") and m.kind == "tangent" and _torch_nan_only(m)
           and not np.isfinite(m.got[np.isnan(m.want)]).any()),
     Known("torch's gradient of det's tangent",
           "torch 2.13's backward through the tangent of linalg.det is wrong: it differs from float64 finite "
           "differences of w det(A) tr(A^-1 T) and from torch's own autograd of that closed form, which gpugrad's "
           "equals (tests/compat/test_linalg.py test_gradient_of_dets_tangent_is_the_closed_forms)",
           lambda f, m: m.where.endswith(":tangent") and m.kind == "value" and _any(f, "linalg_det", "det")),
+    Known("torch's gradient of layer_norm's tangent",
+          "torch 2.13's backward through the tangent of layer_norm differs from float64 finite differences of the "
+          "tangent's closed form (also with one normalized element, where x-hat is identically 0); gpugrad's equals "
+          "them (tests/autograd/test_reliability_autograd.py test_gradient_of_layer_norms_tangent_is_the_finite_"
+          "differences)",
+          lambda f, m: m.where.endswith(":tangent") and m.kind == "value" and "layer_norm" in f),
+    Known("torch's remainder tangent is its input's",
+          "torch's forward formula of remainder returns the input's tangent itself (x % c: t), so an in-place op on "
+          "the input afterwards changes the result's tangent too (y = x % 1.5; x.mul_(3): y's tangent triples); "
+          "gpugrad's result has its own. Where the finite differences apply they must confirm gpugrad's",
+          lambda f, m: "remainder" in f and m.kind == "tangent" and "after the in-place step" in m.detail
+          and _fd(m, lambda p: fd_tangent_confirms(p, m) is not False)),
+    Known("remainder of a number by a tensor",
+          "torch has no derivative for remainder(Scalar, Tensor) (its backward raises 'derivative for "
+          "aten::remainder is not implemented'); gpugrad's is -floor(x / y), as for two tensors (op_cases.py: "
+          "remainder, checked against torch and finite differences)",
+          lambda f, m: "remainder" in f and _in_backward(m)
+          and _only("torch", m, text="derivative for aten::remainder is not implemented")),
+    Known("in-place changes to empty saved tensors",
+          "an empty tensor holds no memory, so gpugrad cannot tell a saved empty array from the tensor an in-place op "
+          "changed afterwards, and its backward runs where torch's raises 'modified by an inplace operation'; the "
+          "gradients of an empty tensor are empty either way",
+          lambda f, m: "empty" in f and _in_backward(m) and _only("torch", m, text="modified by an inplace operation")),
     Known("the tangent of .grad after backward in a dual level",
           "torch's AccumulateGrad stores a gradient it holds the only reference to as is, detached (its tangent is "
           "dropped), and one that is shared as a clone (the tangent kept), so whether a leaf's .grad has a tangent "

@@ -75,7 +75,8 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # for buffers no step has written (kernel slot, launcher checks, state_dict), RMSprop's step counts on the device.
 # library 15500 -> 15525, tooling 2975 -> 2985 (issue 19, +20 / +5): the CPU optimizer updates in cache-sized pieces
 # (SGD 1.5x, Adam 1.7x faster); the bench's settled CPU samples (each implementation alone before it is timed).
-BUDGETS = {"library": 15525, "tooling": 2985, "testing": 2115}
+# library 15525 -> 15540 (issue 20's surface, +10): clamp's bounds in the result type, take_along_dim's negative ids.
+BUDGETS = {"library": 15540, "tooling": 2985, "testing": 2115}
 
 
 def code_lines(path: Path) -> int:
