@@ -73,17 +73,26 @@ def to_numpy(x):
     if torch is not None and isinstance(x, torch.Tensor):
         return x.detach().numpy(force=True)  # force: torch's gradients may be ZeroTensors (e.g. through sgn)
     if isinstance(x, G.Tensor):
-        return G.fw.unpack_dual(x).primal.detach().numpy() if x._fw_grad is not None else x.detach().numpy()
+        return x.detach().numpy()  # detach reads the primal's values without recording (a split's invalidated view)
     return np.asarray(x)
 
 
 def tangent(x):
     """x's forward-mode tangent (None if it has none), in either library."""
     if isinstance(x, G.Tensor):
-        return G.fw.unpack_dual(x).tangent
+        return _unpacked_tangent(G.fw, x)
     if torch is not None and isinstance(x, torch.Tensor):
-        return T.fw.unpack_dual(x).tangent
+        return _unpacked_tangent(T.fw, x)
     return None
+
+
+def _unpacked_tangent(fw, x):
+    # Both libraries refuse to unpack a view whose base an in-place op changed after a multi-output view op (split):
+    # such a tangent reads as None, so a refusal in both agrees and a refusal in one is a tangent-none mismatch.
+    try:
+        return fw.unpack_dual(x).tangent
+    except RuntimeError:
+        return fw.unpack_dual(x.detach()).tangent
 
 
 def shares(x, y):
