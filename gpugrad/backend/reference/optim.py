@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpugrad.backend import threads
 from gpugrad.backend.reference.common import _s
 from gpugrad.backend.reference.float16 import LOW, float16_params_error, opmath_all
 
@@ -21,15 +22,26 @@ _PIECE = 32768
 
 def _in_pieces(update, *arrays):
     """``update(*arrays)`` elementwise, in pieces of _PIECE elements when the arrays (None for an absent state) are
-    all C-contiguous and large: the same operations on each element, so the same bits."""
+    all C-contiguous and large: the same operations on each element, so the same bits.  A large update's pieces
+    are shared among the threads that BLAS may use (threads.split_count), as torch spreads its update over its
+    intra-op threads: on 2 cores SGD over the MLP's 1.86M parameters took 1.1 ms on one, torch 0.5 ms on two."""
     live = [a for a in arrays if a is not None]
     n = live[0].size
     if n <= 2 * _PIECE or not all(a.flags.c_contiguous and a.size == n for a in live):
         update(*arrays)
         return
     flat = [None if a is None else a.reshape(-1) for a in arrays]
-    for i in range(0, n, _PIECE):
-        update(*[None if a is None else a[i:i + _PIECE] for a in flat])
+    # NOTE: host arrays only: CuPy's current device and stream belong to the calling thread
+    split = threads.split_count(n) if isinstance(live[0], np.ndarray) else 1
+    # Shared among threads, pieces are 4x larger: each piece holds the GIL for its Python-level operations, and
+    # 128k-element pieces halve SGD's 1M-element update on 2 cores where 32k-element ones gain nothing
+    piece = _PIECE if split == 1 else 4 * _PIECE
+
+    def run(first, stop):
+        for i in range(first * piece, min(n, stop * piece), piece):
+            update(*[None if a is None else a[i:i + piece] for a in flat])
+
+    threads.run_split(run, -(-n // piece), split)
 
 
 def _sgd(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
