@@ -194,6 +194,8 @@ def fit(xp, work):
 SPLIT_ELEMENTS = 1 << 18
 _HELPERS = {}  # thread count -> its ThreadPoolExecutor (made at first use: import gpugrad starts no thread)
 _HELPERS_LOCK = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads: its pools would never run
+    os.register_at_fork(after_in_child=_HELPERS.clear)
 
 
 def split_count(elements):

@@ -1,5 +1,8 @@
 """A large CPU optimizer update shared among threads (backend/threads.run_split) gives the bits of the one-thread
 update, and against torch's optimizers the same values."""
+import multiprocessing
+import os
+
 import numpy as np
 import pytest
 
@@ -60,3 +63,17 @@ def test_run_split_covers_every_index_once_and_raises_a_helpers_error():
             raise ValueError("helper failed")
     with pytest.raises(ValueError, match="helper failed"):
         threads.run_split(fail_late, 10, 2)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_splits_without_hanging():
+    threads.run_split(lambda a, b: None, 4, 2)  # the parent's helper pool exists before the fork
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply_async(_split_sum, ()).get(timeout=60) == sum(range(8))
+
+
+def _split_sum():
+    seen = []
+    threads.run_split(lambda a, b: seen.extend(range(a, b)), 8, 2)
+    return sum(seen)

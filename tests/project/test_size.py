@@ -76,8 +76,8 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # library 15500 -> 15525, tooling 2975 -> 2985 (issue 19, +20 / +5): the CPU optimizer updates in cache-sized pieces
 # (SGD 1.5x, Adam 1.7x faster); the bench's settled CPU samples (each implementation alone before it is timed).
 # library 15525 -> 15540 (issue 20's surface, +10): clamp's bounds in the result type, take_along_dim's negative ids.
-# library 15540 -> 15560 (issue 19, +19): large CPU optimizer updates shared among the BLAS pool's threads.
-BUDGETS = {"library": 15560, "tooling": 2985, "testing": 2115}
+# library 15540 -> 15565 (issue 19, +21): large CPU optimizer updates shared among the BLAS pool's threads.
+BUDGETS = {"library": 15565, "tooling": 2985, "testing": 2115}
 
 
 def code_lines(path: Path) -> int:
