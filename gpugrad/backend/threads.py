@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -209,7 +209,8 @@ def split_count(elements):
 def run_split(run, count, threads):
     """``run(start, stop)`` over ``range(count)`` cut into ``threads`` contiguous parts: the calling thread takes
     the first part and helper threads the rest (NumPy releases the GIL inside its loops, so the parts overlap).
-    The caller's parts must touch disjoint memory. A helper's exception is raised here after every part ends."""
+    The caller's parts must touch disjoint memory. Every part ends before anything is raised here (the caller's
+    error first, else the first failing helper's), so no helper still writes into memory the caller gave up."""
     threads = max(1, min(threads, count))
     if threads == 1:
         run(0, count)
@@ -223,8 +224,9 @@ def run_split(run, count, threads):
     try:
         run(cuts[0], cuts[1])
     finally:
-        for f in futures:
-            f.result()
+        wait(futures)
+    for f in futures:
+        f.result()
 
 
 def set_num_threads(n):

@@ -2,6 +2,7 @@
 update, and against torch's optimizers the same values."""
 import multiprocessing
 import os
+import time
 
 import numpy as np
 import pytest
@@ -63,6 +64,21 @@ def test_run_split_covers_every_index_once_and_raises_a_helpers_error():
             raise ValueError("helper failed")
     with pytest.raises(ValueError, match="helper failed"):
         threads.run_split(fail_late, 10, 2)
+
+
+def test_run_split_waits_for_every_helper_before_raising():
+    ended = []
+
+    def part(a, b):
+        if a == 0:
+            raise KeyError("caller failed")  # the calling thread's part fails at once
+        if a == 2:  # parts start at 0, 2, 5 and 7
+            raise ValueError("first helper failed")
+        time.sleep(0.2)  # a slow helper: it must still end before run_split raises
+        ended.append(a)
+    with pytest.raises(KeyError, match="caller failed"):
+        threads.run_split(part, 10, 4)
+    assert sorted(ended) == [5, 7]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
