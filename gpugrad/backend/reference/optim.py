@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpugrad.backend import threads
+from gpugrad.backend import blas1, threads
 from gpugrad.backend.reference.common import _s
 from gpugrad.backend.reference.float16 import LOW, float16_params_error, opmath_all
 
@@ -46,8 +46,40 @@ def _in_pieces(update, *arrays):
 
 def _sgd(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
     """sgd_update_ of one tensor; buf None: no momentum."""
+    if _sgd_blas(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
+        return
     _in_pieces(lambda p, g, buf: _sgd_piece(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step),
                p, g, buf)
+
+
+def _sgd_blas(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
+    """_sgd as torch's own steps (``add_(x, alpha=a)``: one fused multiply-add per element) through BLAS axpy and
+    scal, which also share a large update among the BLAS pool's threads; False, nothing written, where BLAS cannot
+    (then _sgd_piece's formulas round each product and sum apart, and may differ from torch in the last bit)."""
+    state = () if buf is None else (buf,)
+    blas = blas1.level1(p, g, *state)
+    scale = 1.0 - dampening if buf is not None and not first_step else 1.0
+    if blas is None or lr == 0 or scale == 0:
+        return False
+    axpy, scal = blas
+    threads.fit(np, p.size)  # the pool sized for how busy the machine is, as before a matrix product
+    d = g
+    if weight_decay != 0:
+        d = g.copy()
+        axpy(weight_decay, p, d)
+    if buf is not None:
+        if first_step:
+            buf[...] = d
+        else:
+            scal(momentum, buf)
+            axpy(scale, d, buf)
+        if nesterov:
+            d = d.copy() if d is g else d
+            axpy(momentum, buf, d)
+        else:
+            d = buf
+    axpy(-lr, d, p)
+    return True
 
 
 def _sgd_piece(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
