@@ -182,7 +182,8 @@ def _format_engine(result):
              + vs("forward_gpugrad_vs_torch")]
     chain = en.get("chain")
     if chain:
-        lines.append(f"  a chain of {chain['ops']:,} ops (x = x * 1.0001 + 0.0): " + ", ".join(
+        rounds = f", the median of {chain['rounds']} interleaved runs" if chain.get("rounds", 1) > 1 else ""
+        lines.append(f"  a chain of {chain['ops']:,} ops (x = x * 1.0001 + 0.0){rounds}: " + ", ".join(
             f"{i} forward {c['forward_s']:.2f} s, backward {c['backward_s']:.2f} s" for i, c in chain.items()
             if isinstance(c, dict)) + vs("chain_gpugrad_vs_torch"))
     lines += [f"  {impl}: {why}" for impl, why in en["unavailable"].items()]

@@ -20,7 +20,9 @@ class Config:
     a buffer of the same size (``copy_bytes``), so kernels and peak see the same level of the memory hierarchy;
     ``matmul_peak_n``: the square GEMM giving the matmul peak; ``tiny_ops``: the engine's tiny-op chain length;
     ``chain``: iterations of the engine's long chain (0: none; on a GPU the host cost is not the measure);
-    ``mlp_repeats``: samples per MLP implementation (a step is long: fewer are needed)."""
+    ``mlp_repeats``: samples per MLP implementation (a step is long: fewer are needed); ``chain_rounds``: runs of
+    the long chain per implementation, interleaved (one run each is noisy: gpugrad/torch ranged 0.87x-1.17x over
+    twelve runs on a shared 2-core machine)."""
 
     shape: tuple
     repeats: int
@@ -30,6 +32,7 @@ class Config:
     min_sample_s: float
     mlp_repeats: int
     chain: int = 0
+    chain_rounds: int = 3
     amp: str | None = None  # "bf16" / "fp16": the MLP section also times gpugrad's step under autocast
 
     @property
@@ -79,7 +82,8 @@ def run_device(device_name, config, tick=None, sections=SECTIONS, on_update=None
         "matmul": lambda: {"matmul": run_matmuls(Inputs(be, 1, 1, seed=2), timer, config.matmul_peak_n,
                                                  config.batches, tick=tick)},
         "mlp": lambda: {"mlp": run_mlp(be, timer, config.batches, config.mlp_repeats, tick=tick, amp=config.amp)},
-        "engine": lambda: {"engine": run_engine(be, timer, config.tiny_ops, tick=tick, chain=config.chain)},
+        "engine": lambda: {"engine": run_engine(be, timer, config.tiny_ops, tick=tick, chain=config.chain,
+                                                 chain_rounds=config.chain_rounds)},
     }
     result = {"device": device_name, "simulated": be.simulated,
               "config": {**dataclasses.asdict(config), "copy_bytes": config.copy_bytes}}

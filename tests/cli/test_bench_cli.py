@@ -513,3 +513,20 @@ def test_cuda_kernel_suite_runs_the_real_launchers_on_the_emulator():
     assert {c.name for c in KERNELS} <= set(launched)  # the CUDA launchers ran, not the references
     assert peak["gbs"] > 0 and all(r["gbs"] > 0 for r in rows)
     assert [r["bytes"] for r in rows] == [_bytes(c.id, 6, 40) for c in KERNELS]  # same traffic as the CPU
+
+
+def test_the_long_chain_runs_interleaved_and_reports_each_implementations_median_run(monkeypatch):
+    pytest.importorskip("torch")
+    from gpugrad.bench.timing import timer_for
+    from gpugrad.bench.workloads import engine
+
+    calls = []
+    runs = iter([(1.0, 2.0), (5.0, 5.0), (0.5, 0.5), (3.0, 1.0), (2.0, 2.0), (9.0, 0.0)])  # gpugrad, torch, ...
+    monkeypatch.setattr(engine, "long_chain", lambda impl, backend, n: calls.append((impl, n)) or next(runs))
+    be = get_backend("cpu")
+    out = engine.run_engine(be, timer_for(be, repeats=2), 5, chain=10, chain_rounds=3)
+    assert calls == [("gpugrad", 10), ("torch", 10)] * 3
+    assert out["chain"]["gpugrad"] == {"forward_s": 1.0, "backward_s": 2.0, "total_s": 3.0, "totals_s": [3.0, 1.0, 4.0]}
+    assert out["chain"]["torch"] == {"forward_s": 9.0, "backward_s": 0.0, "total_s": 9.0, "totals_s": [10.0, 4.0, 9.0]}
+    assert out["chain_gpugrad_vs_torch"] == pytest.approx(3.0 / 9.0)
+    assert out["chain"]["rounds"] == 3

@@ -58,10 +58,16 @@ def long_chain(impl, backend, n_ops=CHAIN):
     return t1 - t0, t2 - t1
 
 
-def run_engine(backend, timer, n_ops, tick=None, chain=None):
+def median_run(runs):
+    """The (forward, backward) run whose total is the median of ``runs`` (the upper one of an even count)."""
+    return sorted(runs, key=sum)[len(runs) // 2]
+
+
+def run_engine(backend, timer, n_ops, tick=None, chain=None, chain_rounds=1):
     """Per-op cost forward + backward and forward alone (chains of ``n_ops`` tiny multiplies, repeated and
     interleaved by ``timer``), and the long chain of ``chain`` iterations (default: none on CUDA, where the host
-    cost is not the measure, else CHAIN), with gpugrad/torch ratios from the same run."""
+    cost is not the measure, else CHAIN), ``chain_rounds`` times per implementation, interleaved (a slow spell of a
+    shared machine then falls on both), its median run reported; gpugrad/torch ratios from the same run."""
     out = {"n_ops": n_ops, "us_per_op": {}, "forward_us_per_op": {}, "unavailable": {}}
     fns = {}
     for impl in ("gpugrad", "torch"):
@@ -78,11 +84,15 @@ def run_engine(backend, timer, n_ops, tick=None, chain=None):
             tick(f"engine {impl}")
     chain = (0 if backend.name != "cpu" else CHAIN) if chain is None else chain
     if chain:
-        out["chain"] = {"iterations": chain, "ops": 2 * chain}
-        for impl in ("gpugrad", "torch"):
-            if impl not in out["unavailable"]:
-                fwd, bwd = long_chain(impl, backend, chain)
-                out["chain"][impl] = {"forward_s": fwd, "backward_s": bwd, "total_s": fwd + bwd}
+        out["chain"] = {"iterations": chain, "ops": 2 * chain, "rounds": chain_rounds}
+        runs = {impl: [] for impl in ("gpugrad", "torch") if impl not in out["unavailable"]}
+        for _ in range(chain_rounds):
+            for impl, done in runs.items():
+                done.append(long_chain(impl, backend, chain))
+        for impl, done in runs.items():
+            fwd, bwd = median_run(done)
+            out["chain"][impl] = {"forward_s": fwd, "backward_s": bwd, "total_s": fwd + bwd,
+                                  "totals_s": [f + b for f, b in done]}
     us, fw, ch = out["us_per_op"], out["forward_us_per_op"], out.get("chain", {})
     out["gpugrad_vs_torch"] = us["gpugrad"] / us["torch"] if "torch" in us else None
     out["forward_gpugrad_vs_torch"] = fw["gpugrad"] / fw["torch"] if "torch" in fw else None
