@@ -200,3 +200,15 @@ def test_inference_mode_false_enables_grad_as_torch(outer, torch):
         assert (gpugrad.is_grad_enabled(), gpugrad.is_inference_mode_enabled()) == (
             torch.is_grad_enabled(), torch.is_inference_mode_enabled())
     assert (gpugrad.is_grad_enabled(), gpugrad.is_inference_mode_enabled()) == (True, False)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape", [(10,), (), (2, 5)])
+def test_relu_keeps_negative_zero_and_nans_bit_for_bit_as_torch(dtype, shape, torch):
+    values = [-1.0, -0.0, 0.0, 1.5, float("nan"), -float("nan"), float("inf"), -float("inf"), 1e-40, -1e-40]
+    t = torch.tensor(values[:1] if shape == () else values, dtype=getattr(torch, dtype)).reshape(shape)
+    bits = {"float32": (torch.int32, np.int32), "float64": (torch.int64, np.int64)}.get(dtype, (torch.int16, np.int16))
+    x = t.view(bits[0]).numpy().view(gpugrad.tensor([], dtype=getattr(gpugrad, dtype)).numpy().dtype)  # same bits
+    mine = gpugrad.tensor(x).relu().numpy().view(bits[1])
+    # -0.0 stays -0.0 and -nan stays -nan (np.maximum would give +0.0 for -0.0)
+    np.testing.assert_array_equal(mine, torch.relu(t).view(bits[0]).numpy())
