@@ -84,12 +84,10 @@ def level1(*arrays):
     with ``a`` rounded to their dtype, as torch's ``y.add_(x, alpha=a)``; ``scal(a, x)``: ``x *= a``. ``a`` must
     not be 0: OpenBLAS then skips the pass or writes zeros, where ``y + 0 * x`` and ``0 * x`` would carry NaNs."""
     first = arrays[0]
-    if not (first.dtype in _TYPES and first.flags.writeable and all(
+    found = LEVEL1.get(first.dtype) if type(first) is np.ndarray and first.dtype in _TYPES else None
+    if found is None or not (first.flags.writeable and all(
             type(a) is np.ndarray and a.dtype == first.dtype and a.size == first.size and a.flags.c_contiguous
             for a in arrays)):
-        return None
-    found = LEVEL1.get(first.dtype)
-    if found is None:
         return None
     count, blas_axpy, blas_scal = found
 
