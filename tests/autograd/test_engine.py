@@ -10,6 +10,7 @@ import pytest
 import gpugrad
 import gpugrad.nn.functional as F
 from gpugrad.autograd import gradcheck
+from gpugrad.core import op
 
 
 def leaf(values, dtype=np.float64):
@@ -85,6 +86,31 @@ def test_long_chain_has_no_recursion_limit():
         y = y * 1.0
     y.backward()
     assert x.grad.item() == 1.0
+
+
+def test_a_long_graphs_nodes_share_their_bookkeeping_tuples(monkeypatch):
+    # The cyclic GC's full passes touch every object a live node refers to: equal tuples shared by many nodes stay
+    # in cache (core/op.py _SHARED), where one tuple per node made the GC most of a long chain's forward.
+    x = gpugrad.ones(8, requires_grad=True)
+    y = x
+    for _ in range(50):
+        y = y * 1.5 + 0.0
+    nodes, node = [], y.grad_fn
+    while node is not None and node.next_functions:
+        nodes.append(node)
+        node = node.next_functions[0][0]
+    assert len(nodes) == 100
+    assert len({id(n.needs_input_grad) for n in nodes}) == 1 and len({id(n._in_meta) for n in nodes}) == 1
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.full(8, 1.5 ** 50), rtol=1e-5)
+
+    # the cache is bounded: a program of ever-new shapes does not grow it forever
+    monkeypatch.setattr(op, "_SHARED_MAX", 16)
+    for n in range(1, 60):
+        z = gpugrad.ones(n, requires_grad=True)
+        (z * 2.0 + 1.0).sum().backward()
+        np.testing.assert_array_equal(z.grad.numpy(), np.full(n, 2.0))
+        assert len(op._SHARED) <= 16 + 1
 
 
 def test_accumulates_across_paths_and_calls():
