@@ -47,7 +47,8 @@ class _ChosenLogProb(KernelOp):
             raise TypeError(f"{self.op_name}: target must hold integer class ids, got dtype {t.dtype}")
         if self.ignore_index is not None and t.size and self._be.name == "cpu":  # (CUDA: the kernel checks them)
             ignored = t == self.ignore_index  # the ids checked are the others: an ignored id becomes a copy of one
-            t = xp.where(ignored, xp.where(ignored.all(), 0, t[xp.argmin(ignored)]), t)
+            if ignored.any():
+                t = xp.where(ignored, xp.where(ignored.all(), 0, t[xp.argmin(ignored)]), t)
         return deferred.fused_check(t, x.shape[1], IndexError, f"{self.op_name}: target ids must lie in "
                                     f"[0, {x.shape[1]}) for logits {x.shape}, got min {{lo}} and max {{hi}}")
 

@@ -7,6 +7,7 @@ import pytest
 
 import gpugrad
 import gpugrad.nn.functional as F
+from gpugrad.backend.reference import loss as R
 
 
 def _pair(torch, arrays):
@@ -212,3 +213,21 @@ def test_relu_keeps_negative_zero_and_nans_bit_for_bit_as_torch(dtype, shape, to
     mine = gpugrad.tensor(x).relu().numpy().view(bits[1])
     # -0.0 stays -0.0 and -nan stays -nan (np.maximum would give +0.0 for -0.0)
     np.testing.assert_array_equal(mine, torch.relu(t).view(bits[0]).numpy())
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_plain_cross_entropy_gives_the_general_formulas_bits(reduction):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((37, 7)) * 4).astype(np.float32)
+    x[3, :] = -np.inf  # an all -inf row, a row with one -inf, one with a NaN, one with +inf
+    x[4, 1], x[5, 6], x[6, 0] = -np.inf, np.nan, np.inf
+    t = rng.choice([0, 1, 2, 4, 5, 6], 37)  # never 3: ignore_index=3 lies within the ids, so the general path runs
+    assert R._plain(np, x, t, None, -100, 0.0) and not R._plain(np, x, t, None, 3, 0.0)
+    fast, general = (R.softmax_xent_fwd(np, x, t, reduction, ignore_index=i) for i in (-100, 3))
+    for a, b in zip(fast, general):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == b.dtype and a.shape == b.shape
+    gloss = rng.standard_normal(37).astype(np.float32) if reduction == "none" else np.array(0.7, np.float32)
+    grads = [R.softmax_xent_bwd(np, x, t, fast[1], gloss, reduction, ignore_index=i, aux=fast[2]) for i in (-100, 3)]
+    np.testing.assert_array_equal(grads[0], grads[1])
+    assert grads[0].dtype == np.float32

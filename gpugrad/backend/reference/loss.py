@@ -2,6 +2,8 @@
 the token log-probability, forward and backward."""
 from __future__ import annotations
 
+import numpy as np
+
 from gpugrad.backend.reference.check import _record_range
 from gpugrad.backend.reference.common import _quiet, _s
 from gpugrad.backend.reference.float16 import opmath_all
@@ -61,10 +63,26 @@ def _chosen_log_prob(xp, x, t, w, ignore_index, smoothing, status, site):
         return logp, (m + log_sum)[:, 0], rows
 
 
+def _plain(xp, x, t, w, ignore_index, smoothing):
+    """Whether a host cross-entropy is the common case: no class weights or smoothing, every target a class and none
+    ignored. Its general formulas then multiply by exact 1s and select nothing, so the plain ones below give the same
+    bits in a third of the NumPy calls (the MLP step's loss at batch 64: ~20 calls of a few µs each saved)."""
+    if xp is not np or w is not None or smoothing or not x.shape[1] or not t.size or x.shape[0] >= 1 << 24:
+        return False  # (row counts from 2**24 on are not exact in float32 sums of row weights)
+    lo, hi = t.min(), t.max()
+    return 0 <= lo and hi < x.shape[1] and (ignore_index is None or not lo <= ignore_index <= hi)
+
+
 def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0, w=None, ignore_index=None, smoothing=0.0):
     """(loss, lse, aux): loss_i = -(1 - e) w[t_i] log_softmax(x)[i, t_i] - e / C Σ_c w_c log_softmax(x)[i, c] (torch's
     class weights w, label smoothing e), 0 where t_i == ignore_index, NaN where t_i is outside [0, cols) (recorded in
     status), reduced by ``reduction`` ('mean' divides by the summed row weights); lse per row; aux = xent_aux."""
+    if _plain(xp, x, t, w, ignore_index, smoothing):
+        d, m, log_sum = _shifted_log_sum(xp, x)
+        aux = np.array(x.shape, dtype=x.dtype)  # (rows, cols): each row's weight is 1, each class's too
+        with _quiet(xp):
+            logp = d[np.arange(x.shape[0]), t] - log_sum[:, 0]
+            return _reduce(xp, -logp, reduction, aux[0]), (m + log_sum)[:, 0], aux
     logp, lse, _ = _chosen_log_prob(xp, x, t, w, ignore_index, smoothing, status, site)
     aux = xent_aux(xp, x, t, w, ignore_index)
     return _reduce(xp, -logp, reduction, aux[0]), lse, aux
@@ -98,6 +116,13 @@ def _xent_grad(xp, x, t, lse, g, w=None, ignore_index=None, smoothing=0.0, aux=N
 def softmax_xent_bwd(xp, x, t, lse, gloss, reduction="none", w=None, ignore_index=None, smoothing=0.0, aux=None):
     """gloss: (rows,) for 'none', 0-d for 'sum' and 'mean' (whose rows each get gloss / den, den = aux[0], the forward's
     summed row weights; recomputed when aux is None)."""
+    if _plain(xp, x, t, w, ignore_index, smoothing):  # softmax(x) - onehot(t), times each row's upstream gradient
+        with _quiet(xp):
+            gloss = gloss / (aux[0] if aux is not None else _s(x, x.shape[0])) if reduction == "mean" else gloss
+            p = np.exp(x - lse[:, None])
+            p[np.arange(x.shape[0]), t] -= 1
+            p *= gloss[:, None] if gloss.ndim else gloss
+            return p
     if reduction != "none":
         if reduction == "mean":
             den = (aux if aux is not None else xent_aux(xp, x, t, w, ignore_index))[0]
