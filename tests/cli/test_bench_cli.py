@@ -56,7 +56,10 @@ def test_quick_cpu_run_writes_every_figure(quick_run, capsys):
         assert k["bytes"] > 0 and k["gbs"] > 0 and k["median_s"] > 0, k
         # NOTE: on a CPU the copy's destination costs a read-for-ownership its byte count leaves out, so in-place
         # and read-mostly kernels (accumulate_, sum_rows) reach ~1.5x the copy; the rest of the margin is noise.
-        assert 0 < k["fraction_of_peak"] <= 2.5, k
+        # The peak is one thread's copy, and the optimizers' updates run on the BLAS pool's threads (SGD's
+        # momentum update as axpy / scal reached 2.67x on 2 cores).
+        threads = gpugrad.get_num_threads() if k["family"] == "optim" else 1
+        assert 0 < k["fraction_of_peak"] <= 2.5 * threads, k
     for m in cpu["matmul"]["cases"]:
         assert m["gflops"] > 0 and 0 < m["fraction_of_peak"] <= 2.5, m
     (mlp,) = cpu["mlp"]
