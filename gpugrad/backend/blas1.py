@@ -15,7 +15,8 @@ import ctypes
 import threading
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
+
+from gpugrad.backend.threads import blas_libraries
 
 # (prefix, suffix) of the CBLAS symbols, in the order tried: NumPy 2's scipy-openblas (ILP64, then LP64), NumPy
 # 1's openblas64_, a plain OpenBLAS
@@ -61,7 +62,7 @@ def bind(handle):
 class Level1:
     """The routines, found at first use (scanning the loaded libraries takes ~2 ms, which import need not pay)."""
 
-    def __init__(self, find=lambda: numpy_openblas(ThreadpoolController().select(user_api="blas").lib_controllers)):
+    def __init__(self, find=lambda: numpy_openblas(blas_libraries())):
         self.find, self.bound, self.lock = find, None, threading.Lock()
 
     def get(self, dtype):

@@ -121,6 +121,11 @@ def _loadavg_others():
     return max(0.0, os.getloadavg()[0] - 1)
 
 
+def blas_libraries():
+    """The BLAS libraries loaded in this process, as threadpoolctl's controllers (a scan that takes ~2 ms)."""
+    return ThreadpoolController().select(user_api="blas").lib_controllers
+
+
 class BlasPool:
     """NumPy's BLAS thread pools, through threadpoolctl; found at the first change (scanning the loaded
     libraries takes ~2 ms, which ``import gpugrad`` need not pay)."""
@@ -130,7 +135,7 @@ class BlasPool:
 
     def set(self, n):
         if self.libs is None:
-            self.libs = ThreadpoolController().select(user_api="blas").lib_controllers
+            self.libs = blas_libraries()
         for lib in self.libs:
             lib.set_num_threads(n)
 
