@@ -9,4 +9,5 @@ from gpugrad.backend import cuda  # noqa: F401  (gpugrad.backend.cuda: is_availa
 from gpugrad.backend.base import CPU  # noqa: F401  (the package's API)
 from gpugrad.backend.base import Backend, is_array, on
 from gpugrad.backend.device import Device, parse_device  # noqa: F401
+from gpugrad.backend.host_memory import STATE as HOST_MALLOC  # noqa: F401  (malloc's thresholds, set at import)
 from gpugrad.backend.select import backend_of, default_device, get_backend  # noqa: F401
