@@ -58,6 +58,7 @@ def cuda_device_info():
 
 def environment():
     from gpugrad import __version__
+    from gpugrad.backend import HOST_MALLOC
     from gpugrad.bench.workloads.torch_peer import torch_module
 
     try:
@@ -76,7 +77,8 @@ def environment():
         "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count(), "usable_cores": usable, "blas": _blas(),
                 "torch_threads": th.get_num_threads() if th is not None else None,
                 "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                          "MKL_NUM_THREADS") if k in os.environ}},
+                                                          "MKL_NUM_THREADS") if k in os.environ},
+                "host_malloc": vars(HOST_MALLOC)},  # process-wide: torch's step in the same run gets it too
         "cuda": cuda_device_info(),
     }
 

@@ -77,6 +77,8 @@ def test_quick_cpu_run_writes_every_figure(quick_run, capsys):
         assert key in env
     assert env["cpu"]["model"] and env["cpu"]["usable_cores"] >= 1
     assert env["numpy"] == np.__version__
+    assert env["cpu"]["host_malloc"] == vars(gpugrad.backend.HOST_MALLOC)  # what the figures ran with
+    json.dumps(env["cpu"]["host_malloc"])
     if not gpugrad.cuda.is_available():
         assert res["skipped"] == {}  # --device cpu asked for no cuda: nothing was skipped
 
