@@ -33,11 +33,15 @@ def fused_check(ids, n, error, message):
     be = backend_of(ids)
     if be.name == "cpu":
         if ids.size:
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= n:
-                raise _error(error, message, lo, hi)
+            check_bounds(int(ids.min()), int(ids.max()), n, error, message)
         return None, 0
     return arm(be), _site(error, message)
+
+
+def check_bounds(lo, hi, n, error, message):
+    """Raise ``error(message)`` unless the ids' min ``lo`` and max ``hi`` (host ints) lie in [0, n)."""
+    if lo < 0 or hi >= n:
+        raise _error(error, message, lo, hi)
 
 
 def check_range(ids, n, error, message):

@@ -34,26 +34,43 @@ class _ChosenLogProb(KernelOp):
 
     sign = 1.0  # loss = sign * (lse - x[t]): cross-entropy +1, the log-prob -1
     reduction, weight, ignore_index, smoothing = "none", None, None, 0.0  # cross-entropy's options (torch's)
+    _t_range = None
     private_saved = (0,)
 
     def _check(self, xp, x):
         """(status, site) for the forward kernel, which checks the ids on the device (backend/deferred.py): an
-        out-of-range id is an IndexError at once on the CPU and at the next read on CUDA, never a silent NaN."""
+        out-of-range id is an IndexError at once on the CPU and at the next read on CUDA, never a silent NaN. On the
+        CPU the ids' (min, max) is kept for the reference (``_t_range``), which need not reduce them again."""
         t = self.target
         if x.ndim != 2 or t.ndim != 1 or t.shape[0] != x.shape[0]:
             raise ValueError(f"{self.op_name}: logits must be (N, C) and target (N,), got logits {x.shape} and "
                              f"target {t.shape}")
         if t.dtype.kind not in "iu":
             raise TypeError(f"{self.op_name}: target must hold integer class ids, got dtype {t.dtype}")
-        if self.ignore_index is not None and t.size and self._be.name == "cpu":  # (CUDA: the kernel checks them)
-            ignored = t == self.ignore_index  # the ids checked are the others: an ignored id becomes a copy of one
+        message = (f"{self.op_name}: target ids must lie in [0, {x.shape[1]}) for logits {x.shape}, got min {{lo}} "
+                   "and max {hi}")
+        if self._be.name != "cpu" or not t.size:  # (CUDA: the kernel checks them)
+            return deferred.fused_check(t, x.shape[1], IndexError, message)
+        lo, hi = int(t.min()), int(t.max())
+        ignore = self.ignore_index
+        if ignore is not None and lo <= ignore <= hi:
+            ignored = t == ignore  # the ids checked are the others: an ignored id becomes a copy of one
             if ignored.any():
                 t = xp.where(ignored, xp.where(ignored.all(), 0, t[xp.argmin(ignored)]), t)
-        return deferred.fused_check(t, x.shape[1], IndexError, f"{self.op_name}: target ids must lie in "
-                                    f"[0, {x.shape[1]}) for logits {x.shape}, got min {{lo}} and max {{hi}}")
+                return deferred.fused_check(t, x.shape[1], IndexError, message)
+        deferred.check_bounds(lo, hi, x.shape[1], IndexError, message)
+        self._t_range = (lo, hi)
+        return None, 0
 
     def _options(self):
         return dict(w=self.weight, ignore_index=self.ignore_index, smoothing=self.smoothing)
+
+    def _reference_options(self):
+        """_options, and on the CPU the target's (min, max) that _check has just found."""
+        options = self._options()
+        if self._t_range is not None:
+            options["t_range"] = self._t_range
+        return options
 
     def _grad_rows(self, xp, x):
         """G[i, c] = d loss_i / d x[i, c]: the reference VJP (reference._xent_grad) for a unit upstream gradient,
@@ -94,13 +111,14 @@ class CrossEntropy(_ChosenLogProb):
 
     def _fwd(self, impl, xp, x):
         loss, lse, aux = impl.softmax_xent_fwd(xp, x, self.target, self.reduction, *self._check(xp, x),
-                                               **self._options())
+                                               **self._reference_options())
         self.save_for_backward(x, lse, aux)
         return loss
 
     def _bwd(self, impl, xp, gy):
         x, lse, aux = self.saved
         # NOTE: the seed is already x's dtype (no launch); a gradient of another dtype is cast, as torch does
+        # (not _t_range: the target is the caller's buffer, which may have changed since the forward)
         return impl.softmax_xent_bwd(xp, x, self.target, lse, _upstream(gy, x), self.reduction, aux=aux,
                                      **self._options())
 

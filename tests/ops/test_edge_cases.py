@@ -7,6 +7,7 @@ import pytest
 
 import gpugrad
 import gpugrad.nn.functional as F
+from gpugrad.backend import reference
 from gpugrad.backend.reference import loss as R
 
 
@@ -231,3 +232,27 @@ def test_plain_cross_entropy_gives_the_general_formulas_bits(reduction):
     grads = [R.softmax_xent_bwd(np, x, t, fast[1], gloss, reduction, ignore_index=i, aux=fast[2]) for i in (-100, 3)]
     np.testing.assert_array_equal(grads[0], grads[1])
     assert grads[0].dtype == np.float32
+
+
+@pytest.mark.parametrize("ids, ignore_index, plain", [([0, 4, 2, 4], -100, True), ([1, 4, 2, 4], 0, True),
+                                                      ([1, 4, 2, 4], 2, False), ([1, 3, 3, 1], 2, False)])
+def test_cross_entropy_hands_its_checked_id_range_to_the_reference(ids, ignore_index, plain, torch, monkeypatch):
+    # the CPU range check reduces the ids once; the reference's plain-case test reuses its (min, max)
+    seen = []
+    real = R.softmax_xent_fwd
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("t_range"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reference, "softmax_xent_fwd", spy)
+    x = np.random.default_rng(3).standard_normal((4, 5))
+    t = np.array(ids)
+    ours = F.cross_entropy(gpugrad.tensor(x), gpugrad.tensor(t), ignore_index=ignore_index)
+    theirs = torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(t), ignore_index=ignore_index)
+    np.testing.assert_allclose(ours.item(), theirs.item(), rtol=1e-12)
+    ignored = np.array(ids) == ignore_index
+    assert seen == [None if ignored.any() else (min(ids), max(ids))]
+    assert R._plain(np, x, t, None, ignore_index, 0.0, seen[0]) == R._plain(np, x, t, None, ignore_index, 0.0) == plain
+    with pytest.raises(IndexError, match=r"cross_entropy: target ids must lie in \[0, 5\) .* got min 1 and max 5"):
+        F.cross_entropy(gpugrad.tensor(x), gpugrad.tensor(np.array([1, 5, 2, 3])), ignore_index=ignore_index)

@@ -123,11 +123,13 @@ def _xent_bwd(name, x, t, lse, g, sign, reduction, w=None, ignore_index=None, sm
     return gx
 
 
-def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0, w=None, ignore_index=None, smoothing=0.0):
+def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0, w=None, ignore_index=None, smoothing=0.0,
+                     t_range=None):
     """(loss, lse, aux), loss_i = (1 - e) w[t_i] (log Σ - (x[i, t_i] - max)) + e / C Σ_c w_c (log Σ - (x[i, c] - max))
     (lse_i = max + log Σ; torch's class weights w, label smoothing e), 0 where t_i == ignore_index, reduced ('none' |
     'sum' | 'mean' over the summed row weights: 0-d) in the same launch; aux = (summed row weights, Σ w); NaN rows
-    where t_i is outside [0, cols) and not ignored, recorded in status under site."""
+    where t_i is outside [0, cols) and not ignored, recorded in status under site. ``t_range`` (the reference's
+    host shortcut) is not read: the kernel reads every id itself."""
     return _xent_fwd("softmax_xent_fwd", x, t, 1.0, reduction, status, site, w, ignore_index, smoothing)
 
 

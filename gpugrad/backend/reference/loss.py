@@ -42,7 +42,7 @@ def _reduce(xp, loss, reduction, den):
     if reduction == "sum":
         return total
     with _quiet(xp):
-        return total / den
+        return xp.asarray(total / den)  # (NumPy: a 0-d array over a scalar gives a scalar)
 
 
 def _chosen_log_prob(xp, x, t, w, ignore_index, smoothing, status, site):
@@ -63,21 +63,24 @@ def _chosen_log_prob(xp, x, t, w, ignore_index, smoothing, status, site):
         return logp, (m + log_sum)[:, 0], rows
 
 
-def _plain(xp, x, t, w, ignore_index, smoothing):
+def _plain(xp, x, t, w, ignore_index, smoothing, t_range=None):
     """Whether a host cross-entropy is the common case: no class weights or smoothing, every target a class and none
     ignored. Its general formulas then multiply by exact 1s and select nothing, so the plain ones below give the same
-    bits in a third of the NumPy calls (the MLP step's loss at batch 64: ~20 calls of a few µs each saved)."""
+    bits in a third of the NumPy calls (the MLP step's loss at batch 64: ~20 calls of a few µs each saved).
+    ``t_range``: t's (min, max) when the caller has them (the op's range check), else reduced here."""
     if xp is not np or w is not None or smoothing or not x.shape[1] or not t.size or x.shape[0] >= 1 << 24:
         return False  # (row counts from 2**24 on are not exact in float32 sums of row weights)
-    lo, hi = t.min(), t.max()
+    lo, hi = t_range if t_range is not None else (t.min(), t.max())
     return 0 <= lo and hi < x.shape[1] and (ignore_index is None or not lo <= ignore_index <= hi)
 
 
-def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0, w=None, ignore_index=None, smoothing=0.0):
+def softmax_xent_fwd(xp, x, t, reduction="none", status=None, site=0, w=None, ignore_index=None, smoothing=0.0,
+                     t_range=None):
     """(loss, lse, aux): loss_i = -(1 - e) w[t_i] log_softmax(x)[i, t_i] - e / C Σ_c w_c log_softmax(x)[i, c] (torch's
     class weights w, label smoothing e), 0 where t_i == ignore_index, NaN where t_i is outside [0, cols) (recorded in
-    status), reduced by ``reduction`` ('mean' divides by the summed row weights); lse per row; aux = xent_aux."""
-    if _plain(xp, x, t, w, ignore_index, smoothing):
+    status), reduced by ``reduction`` ('mean' divides by the summed row weights); lse per row; aux = xent_aux.
+    ``t_range``: t's (min, max), known to the caller (see _plain)."""
+    if _plain(xp, x, t, w, ignore_index, smoothing, t_range):
         d, m, log_sum = _shifted_log_sum(xp, x)
         aux = np.array(x.shape, dtype=x.dtype)  # (rows, cols): each row's weight is 1, each class's too
         with _quiet(xp):
