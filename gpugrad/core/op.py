@@ -125,6 +125,8 @@ class Op(Node):
         first = None
         datas = []
         push = datas.append
+        ng = []  # needs_input_grad, made in the same pass
+        need = ng.append
         for a in args:
             if isinstance(a, TensorBase):
                 if a._base is not None and a._base_fn is not a._base._grad_fn or a._inference:
@@ -138,8 +140,12 @@ class Op(Node):
                     rare = True
                 if a._requires_grad:
                     record = True
+                    need(True)
+                else:
+                    need(False)
             else:
                 push(a)
+                need(False)
                 if type(a) is complex:
                     rare = True
         if rare or cls.promotes and first.kind not in "fV":
@@ -149,9 +155,6 @@ class Op(Node):
             fn.__dict__.update(params)
             fn._params = params
         if record and STATE.enabled:
-            ng = []
-            for a in args:
-                ng.append(a._requires_grad if isinstance(a, TensorBase) else False)
             # NOTE: tuples, here and in _connect: a tuple of untracked items leaves the cyclic GC's view at its first
             # collection, a list never does, and on a long graph the GC's full passes over live nodes cost more than
             # the op itself (a 100,000-op chain: ~2x the forward)
