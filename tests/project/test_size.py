@@ -83,8 +83,10 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # library 15655 -> 15665 (issue 19, +6): nodes share equal bookkeeping tuples, which halves the GC's cost of a long chain.
 # library 15665 -> 15685 (issue 19, +16): the CPU cross-entropy's plain case in a third of the NumPy calls.
 # library 15685 -> 15725 (issue 19, +40): host memory kept for reuse (backend/host_memory.py, glibc's mallopt).
+# library 15725 -> 15790 (issue 19, +62): ReLU as maximum(0, x) behind its import-time probe, its backward as an
+# integer select, Linear's short-batch product order, cross-entropy's id range handed to the reference.
 # tooling 2990 -> 2995 (issue 19, +2): the bench's environment block names the host-malloc policy.
-BUDGETS = {"library": 15725, "tooling": 2995, "testing": 2115}
+BUDGETS = {"library": 15790, "tooling": 2995, "testing": 2115}
 
 
 def code_lines(path: Path) -> int:
