@@ -46,6 +46,8 @@ def _relu_by_mask(x):
 # stays wherever it fails. Contiguous x only: its rows of a zero row are then one contiguous inner loop each.
 _RELU_ROW = 4096  # elements per row of a zero row: a multiple of every vector loop's stride, 16-32 KiB in L1
 _ZERO_ROWS = {np.dtype(t): np.zeros(_RELU_ROW, t) for t in (np.float32, np.float64)}
+for _row in _ZERO_ROWS.values():
+    _row.flags.writeable = False  # shared by every call (and thread): a write would corrupt every ReLU after it
 
 
 def _relu_by_maximum(x):
