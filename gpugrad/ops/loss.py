@@ -67,10 +67,7 @@ class _ChosenLogProb(KernelOp):
 
     def _reference_options(self):
         """_options, and on the CPU the target's (min, max) that _check has just found."""
-        options = self._options()
-        if self._t_range is not None:
-            options["t_range"] = self._t_range
-        return options
+        return self._options() if self._t_range is None else {**self._options(), "t_range": self._t_range}
 
     def _grad_rows(self, xp, x):
         """G[i, c] = d loss_i / d x[i, c]: the reference VJP (reference._xent_grad) for a unit upstream gradient,

@@ -24,22 +24,6 @@ def matmul_of(xp):
     return R.matmul if xp is np else xp.matmul
 
 
-# NumPy's OpenBLAS multiplies a short batch by a wide weight faster the other way round: x @ wᵀ as (w @ xᵀ)ᵀ, copied
-# to rows, took 0.5-0.87x the time of the direct product on a 2-core EPYC, on one thread or two, with the same bits
-# (float32, x (m, k) against w (n, k) for 8 <= m <= 64 with k and n from 512 to 4096; not float64, and not once m
-# exceeds k / 8 or n / 8: at m = 128 or against a 10-wide layer it costs up to 2x). benchmarks/bench_matmul.py
-# re-measures it (test_short_batch_linear).
-SHORT_BATCH = 64
-
-
-def _x_wT(impl, xp, x, w):
-    """x @ wᵀ for Linear: the short-batch float32 product on NumPy in its faster order, otherwise as it is."""
-    m = x.shape[0] if x.ndim == 2 else 0
-    if xp is np and 2 <= m <= min(SHORT_BATCH, x.shape[1] // 8, w.shape[0] // 8) and x.dtype == w.dtype == np.float32:
-        return np.ascontiguousarray(np.matmul(w, x.T).T)
-    return _gemm(impl, xp)(x, w.T)
-
-
 def _mT(xp, a):
     return xp.swapaxes(a, -1, -2)
 
@@ -218,7 +202,8 @@ class Linear(KernelOp):
         ng = self.needs_input_grad
         self.save_for_backward(x if ng[1] else None, w if ng[0] else None)
         threads.fit(xp, x.size * w.shape[0])
-        y = _x_wT(impl, xp, x, w)
+        mm = _gemm(impl, xp)
+        y = R.matmul_nt(x, w) if mm is R.matmul else mm(x, w.T)  # (the CPU's: its faster order)
         if b is not None:
             y += b  # y is a fresh product: adding in place saves a temporary the size of the output
         return y

@@ -7,11 +7,11 @@ import pytest
 
 import gpugrad
 import gpugrad.nn.functional as F
-from gpugrad.ops import matmul as M
+from gpugrad.backend import reference as R
 
 
 def _order_used(monkeypatch, x, w):
-    """Which order _x_wT multiplied in: 'transposed' when it called np.matmul(w, xᵀ)."""
+    """Which order matmul_nt multiplied in: 'transposed' when it called np.matmul(w, xᵀ)."""
     calls = []
     real = np.matmul
 
@@ -20,7 +20,7 @@ def _order_used(monkeypatch, x, w):
         return real(a, b, *args, **kwargs)
 
     monkeypatch.setattr(np, "matmul", spy)
-    y = M._x_wT(None, np, x, w)
+    y = R.matmul_nt(x, w)
     monkeypatch.undo()
     return calls, y
 

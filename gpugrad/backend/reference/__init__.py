@@ -21,7 +21,8 @@ from gpugrad.backend.reference.elementwise import (_saves_x, accumulate_, bias_a
                                                    log1p_bwd, log1p_fwd, relu_bwd, relu_fwd, sigmoid_bwd, sigmoid_fwd,
                                                    silu_bwd, silu_fwd, sin_bwd, sin_fwd, softplus_bwd, softplus_fwd,
                                                    tanh_bwd, tanh_fwd)
-from gpugrad.backend.reference.float16 import BF16, LOW, float16_params_error, matmul, opmath, opmath_all, opmath_array
+from gpugrad.backend.reference.float16 import (BF16, LOW, float16_params_error, matmul, matmul_nt, opmath, opmath_all,
+                                               opmath_array)
 from gpugrad.backend.reference.loss import (REDUCTIONS, _xent_grad, _xent_rows, softmax_xent_bwd, softmax_xent_fwd,
                                             token_logprob_bwd, token_logprob_fwd, xent_aux)
 from gpugrad.backend.reference.norm import layer_norm_bwd, layer_norm_fwd
