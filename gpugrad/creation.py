@@ -12,7 +12,8 @@ import operator
 
 import numpy as np
 
-from gpugrad.backend import backend_of, dlpack, get_backend, is_array, on
+from gpugrad.backend import backend_of, dlpack, get_backend, is_array, on, ranges
+from gpugrad.backend.threads import get_num_threads
 from gpugrad.core.tensor import TensorBase, make, new
 from gpugrad.core.tensor_xp import depends
 from gpugrad.dtypes import DEFAULTS, default_complex, to_np
@@ -153,25 +154,47 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         n = math.ceil((float(end) - float(start)) / float(step))
 
     def fill(be, s, _):
-        i = be.xp.arange(n, dtype=np.int64 if d.kind in "iu" else np.float64)
-        return (lo + by * i if d.kind in "iu" else float(start) + float(step) * i).astype(d)
+        if d.kind in "iu":
+            return (lo + by * be.xp.arange(n, dtype=np.int64)).astype(d)
+        if be.on_host and d.kind in "fV":  # torch's CPU values, bit for bit (backend/ranges.py)
+            return ranges.arange(start, step, n, d, get_num_threads())
+        return (float(start) + float(step) * be.xp.arange(n, dtype=np.float64)).astype(d)
     return _new(fill, (), d, device, requires_grad)
 
 
+def _host_number(v):
+    return v.item() if hasattr(v, "item") else v
+
+
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
-    """``steps`` evenly spaced values from start to end (both included)."""
+    """``steps`` evenly spaced values from start to end (both included): on the CPU torch's values bit for bit
+    (``backend/ranges.py``: from both ends, fused multiply-adds in the dtype); on CUDA computed in float64 and
+    rounded once (integer dtypes truncate, as torch's do)."""
     if steps < 0:
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     d = to_np(dtype) or DEFAULTS.float
-    # NOTE: computed in float64 and then cast (integer dtypes truncate, as torch's do)
-    return _new(lambda be, s, _: be.xp.linspace(start, end, steps).astype(d), (), d, device, requires_grad)
+    start, end = _host_number(start), _host_number(end)
+
+    def fill(be, s, _):
+        if be.on_host:
+            return ranges.linspace(start, end, steps, d)
+        return be.xp.linspace(start, end, steps).astype(d)
+    return _new(fill, (), d, device, requires_grad)
 
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
-    """``steps`` values from base**start to base**end, evenly spaced on a log scale."""
+    """``steps`` values from base**start to base**end, evenly spaced on a log scale: on the CPU torch's values bit
+    for bit (``backend/ranges.py``: its float64 exponents and libm's pow)."""
+    if steps < 0:
+        raise RuntimeError(f"logspace: number of steps must be non-negative, got {steps}")
     d = to_np(dtype) or DEFAULTS.float
-    return _new(lambda be, s, _: (base ** linspace(start, end, steps, dtype=np.float64, device=be.device)._data)
-                .astype(d), (), d, device, requires_grad)
+    start, end = _host_number(start), _host_number(end)
+
+    def fill(be, s, _):
+        if be.on_host and d.kind != "c":
+            return ranges.logspace(start, end, steps, float(base), d)
+        return (base ** linspace(start, end, steps, dtype=np.float64, device=be.device)._data).astype(d)
+    return _new(fill, (), d, device, requires_grad)
 
 
 def floating(dtype, op):

@@ -16,7 +16,7 @@ import numbers
 import numpy as np
 
 from gpugrad import return_types
-from gpugrad.backend import on
+from gpugrad.backend import on, ranges
 from gpugrad.core.names import type_name
 from gpugrad.core.registry import composite
 from gpugrad.core.tensor import TensorBase, make
@@ -106,18 +106,6 @@ def histc(input, bins=100, min=0, max=0):
         return make(be.as_array(_bin_counts(be.xp, x, lo, hi, int(bins))), be)
 
 
-def _linspace(xp, lo, hi, steps, dtype):
-    """torch's CPU linspace in ``dtype``: start + step * i for the first half, end - step * (steps - 1 - i) for
-    the rest, each product and sum rounded in ``dtype``."""
-    t = np.dtype(dtype).type
-    start, end = t(lo), t(hi)
-    step = (end - start) / t(steps - 1) if steps > 1 else t(0)
-    i = np.arange(steps)
-    half = steps // 2
-    host = np.where(i < half, start + step * i.astype(dtype), end - step * (steps - 1 - i).astype(dtype))
-    return xp.asarray(host.astype(dtype))
-
-
 @composite("histogram")
 def histogram(input, bins=100, *, range=None, weight=None, density=False):
     """``(hist, bin_edges)``: counts (or ``weight`` sums) of ``input``'s elements in ``bins`` equal bins over
@@ -156,7 +144,7 @@ def histogram(input, bins=100, *, range=None, weight=None, density=False):
                 raise RuntimeError(f"torch.histogramdd: dimension 0's range [{lo:g}, {hi:g}] is not finite")
             if lo == hi:
                 lo, hi = lo - 0.5, hi + 0.5
-            edges = _linspace(xp, lo, hi, n + 1, x.dtype)
+            edges = xp.asarray(ranges.linspace(lo, hi, n + 1, x.dtype))  # torch's edges, bit for bit
         hist = _bin_counts(xp, x, lo, hi, n, w, edges)
         if density:
             hist = hist / (hist.sum() * xp.diff(edges))
