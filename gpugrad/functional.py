@@ -232,6 +232,8 @@ def prod(input, dim=None, keepdim=False, *, dtype=None, **kw):
     if isinstance(a["axis"], tuple):
         raise TypeError(f"prod(): dim must be an int, got {a['axis']}")
     if a["axis"] is None or not x.ndim:
+        if a["axis"] is not None:
+            _axis(x, a["axis"], "prod")  # a 0-d input takes dim 0 or -1, as torch
         out = prod(x.reshape(-1), 0)
         return _named(out.reshape((1,) * x.ndim if a["keepdims"] and a["axis"] is not None else ()), "ProdBackward0")
     d = _axis(x, a["axis"], "prod")

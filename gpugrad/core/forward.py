@@ -177,6 +177,10 @@ def _per_direction(fn, args, datas, result, params, tangents):
         STATE.batch = b
     result._fw_grad = None
     with pause():
+        if not outs:  # no directions (the Jacobian of an empty input): a (0, ...) tangent, not a stack of nothing
+            _finish(result, make(result._backend.xp.zeros((0, *result.shape), dtype=result._data.dtype),
+                                 result._backend))
+            return
         _finish(result, REGISTRY["stack"].apply(*[o if o is not None else result.detach() * 0 for o in outs], axis=0))
 
 

@@ -293,6 +293,8 @@ class Cat(Op):
         ref = next((x for x in xs if not (x.ndim == 1 and x.shape[0] == 0)), xs[0])
         self.skip = [x is not ref and x.ndim == 1 and x.shape[0] == 0 and ref.ndim != 1 for x in xs]
         kept = [x for x, s in zip(xs, self.skip) if not s]
+        if ref.ndim == 1 and ref.shape[0] == 0:  # every input a 1-D empty: torch checks no dim, the result is (0,)
+            self.axis = 0
         self.axis = _check_cat(kept, self.axis)
         self.sizes = [0 if s else x.shape[self.axis] for x, s in zip(xs, self.skip)]
         self.ndim = ref.ndim
@@ -323,10 +325,10 @@ def _check_cat(xs, axis):
     for i, x in enumerate(xs):
         if x.ndim == 0:
             raise RuntimeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
+    axis = canonical_axis(axis, xs[0].ndim, "cat")  # torch wraps the dim against the first tensor, then checks ranks
     for x in xs[1:]:
         if x.ndim != xs[0].ndim:
             raise RuntimeError(f"Tensors must have same number of dimensions: got {xs[0].ndim} and {x.ndim}")
-    axis = canonical_axis(axis, xs[0].ndim, "cat")
     for i, x in enumerate(xs[1:], 1):
         for d, (a, b) in enumerate(zip(xs[0].shape, x.shape)):
             if d != axis and a != b:

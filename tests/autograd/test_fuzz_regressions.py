@@ -468,3 +468,17 @@ def test_leaf_hook_handle_removes_and_survives_graphs():
     handle.remove()
     (x * 2).sum().backward()
     assert x.grad.item() == 42.0
+
+
+
+# -- forward-mode jacobian of an empty input: no directions to stack ----------------------------------------------------
+@pytest.mark.filterwarnings("ignore:var")  # the variance of nothing: NaN, with a warning
+@pytest.mark.parametrize("f, shape", [(lambda v: v.var(None, correction=0).neg(), (0,)), (lambda v: v.sum() * 2, (0,)),
+                                      (lambda v: (v * 3).exp(), (0, 0))])
+def test_forward_mode_jacobian_of_an_empty_input(f, shape):
+    """jacobian(vectorize=True, strategy="forward-mode") of a function of an empty input has 0 directions, so its
+    tangents are (0, ...): an op without a batched JVP used to stack its per-direction tangents, of which there were
+    none (the fuzzer: an AttributeError from type promotion of nothing). torch gives the same (0,) and (0, 0)."""
+    j = gpugrad.autograd.functional.jacobian(f, gpugrad.zeros(0, requires_grad=True), vectorize=True,
+                                             strategy="forward-mode")
+    assert tuple(j.shape) == shape and j.dtype == gpugrad.float32

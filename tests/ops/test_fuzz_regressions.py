@@ -1,7 +1,8 @@
 """Regression tests against torch for op bugs the differential fuzzer found (tests/fuzz/test_fuzz.py), each once an entry of
 tests/fuzz/known_differences.py: std's gradient at 0, logsumexp of +inf (ops and kernels), log_softmax precision
 (ops and kernels), contiguous softmax results, NaN in max/min and maximum/minimum backward, float16 logsumexp
-gradients, empty normalized / feature axes in layer_norm and linear, and gelu's overflow warnings.
+gradients, empty normalized / feature axes in layer_norm and linear, gelu's overflow warnings, cat of 1-D empty
+tensors only, and x[mask] = a one-element tensor of another dtype.
 
 The op tests run on the CPU and (pytest -m gpu) on CUDA; the kernel tests call the launchers on the CPU emulator.
 RuntimeWarnings are errors (pyproject.toml), so every test also proves gpugrad computes these cases quietly.
@@ -317,3 +318,64 @@ def test_gelu_of_huge_values_is_quiet_and_matches_torch(torch, dtype, values):
     close(host(x.grad), tx.grad, rtol=1e-6)
     for f in (reference.gelu_fwd, lambda xp, a: reference.gelu_bwd(xp, a, np.ones_like(a))):  # the references too
         f(np, np.asarray(values, dtype))
+
+
+# -- cat of 1-D empty tensors only: torch checks no dim ------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dim", [0, 1, 5, -1, -3])
+def test_cat_of_only_legacy_empty_tensors_ignores_the_dim(device, dim):
+    """torch skips (0,) tensors in cat, and when every input is one it wraps no dim: cat([zeros(0)], 1) is a (0,)
+    tensor (the fuzzer: gpugrad raised IndexError), in the inputs' promoted dtype, with an empty gradient."""
+    a = gpugrad.zeros(0, device=device, requires_grad=True)
+    out = gpugrad.cat([a, gpugrad.zeros(0, dtype=gpugrad.float64, device=device)], dim)
+    assert tuple(out.shape) == (0,) and out.dtype == gpugrad.float64
+    out.sum().backward()
+    assert tuple(a.grad.shape) == (0,) and a.grad.dtype == gpugrad.float32
+    with pytest.raises(IndexError, match="out of range"):  # a tensor of rank 1 with elements still checks it
+        gpugrad.cat([a, gpugrad.zeros(2, device=device)], 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cat_wraps_the_dim_before_comparing_ranks(device):
+    """torch checks cat's dim against the first tensor before the ranks: cat([(0, 3), (0, 3, 2)], 2) is an
+    IndexError, as in torch, not the rank mismatch's RuntimeError (the fuzzer); with a dim in range, the ranks."""
+    a, b = gpugrad.zeros(0, 3, device=device), gpugrad.zeros(0, 3, 2, device=device)
+    with pytest.raises(IndexError, match="out of range"):
+        gpugrad.cat([a, b], 2)
+    with pytest.raises(RuntimeError, match="Tensors must have same number of dimensions: got 2 and 3"):
+        gpugrad.cat([a, b], 1)
+
+
+# -- x[mask] = a one-element tensor of another dtype: torch casts it ---------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+def test_masked_setitem_casts_one_value(device):
+    """torch fills x[mask] = v through masked_fill when the only advanced index is one bool mask and v has one
+    element, and casts v (the fuzzer: gpugrad refused a float64 0-d v for a float32 x). Other index kinds and longer
+    values still refuse another dtype, as torch's index_put. The gradient reaches v in its own dtype."""
+    mask = gpugrad.tensor([[True, False, True], [False, False, True]], device=device)
+    for key, want in ((mask, [[2.5, 0, 2.5], [0, 0, 2.5]]), ((slice(None), mask[0]), [[2.5, 0, 2.5], [2.5, 0, 2.5]]),
+                      ([True, False], [[2.5, 2.5, 2.5], [0, 0, 0]])):
+        y = gpugrad.zeros(2, 3, device=device)
+        y[key] = gpugrad.tensor([2.5], dtype=gpugrad.float64, device=device)
+        assert y.dtype == gpugrad.float32
+        np.testing.assert_array_equal(np.asarray(y.cpu()), np.array(want, np.float32))
+    for key, v in (([0, 1], 2.5), (mask, [1.0, 2.0, 3.0])):
+        with pytest.raises(RuntimeError, match="Index put requires the source and destination dtypes match"):
+            gpugrad.zeros(2, 3, device=device)[key] = gpugrad.tensor(v, dtype=gpugrad.float64, device=device)
+    x = gpugrad.zeros(2, 3, device=device, requires_grad=True)
+    v = gpugrad.tensor(2.5, dtype=gpugrad.float64, device=device, requires_grad=True)
+    z = x * 1
+    z[mask] = v
+    (z * gpugrad.arange(6.0, device=device).reshape(2, 3)).sum().backward()
+    assert v.grad.dtype == gpugrad.float64 and v.grad.item() == 7.0  # 0 + 2 + 5, the masked positions' weights
+    np.testing.assert_array_equal(np.asarray(x.grad.cpu()), [[0, 1, 0], [3, 4, 0]])
+
+
+def test_prod_of_a_0d_tensor_checks_the_dim():
+    """A 0-d tensor takes dim 0 or -1 (torch's range for a scalar): prod(x, 1) is an IndexError (the fuzzer)."""
+    x = gpugrad.tensor(2.0, requires_grad=True)
+    for dim in (0, -1):
+        assert gpugrad.prod(x, dim, True).item() == 2.0
+    for dim in (1, -2):
+        with pytest.raises(IndexError, match="out of range"):
+            gpugrad.prod(x, dim, True)
