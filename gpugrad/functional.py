@@ -40,7 +40,7 @@ def _axis(input, dim, op):
 @composite("hstack", method=False)
 def hstack(tensors):
     tensors = [t.reshape(1) if not t.ndim else t for t in tensors_of(tensors, "hstack")]  # atleast_1d, as torch
-    return Cat.cat(tensors, 0 if all(t.ndim == 1 for t in tensors) else 1)
+    return Cat.cat(tensors, 0 if tensors[0].ndim == 1 else 1)  # torch's rule: by the first tensor's rank
 
 
 @composite("vstack", method=False)

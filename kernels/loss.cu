@@ -111,8 +111,8 @@ softmax_xent_fwd(const T* __restrict__ x, const long long* __restrict__ t, const
 }
 
 // backward: gx[r, c] = sign * g_r * (p_c a_r - (c == t[r]) b_r - e_r w_c), p = exp(x[r] - lse[r]), with
-// b_r = (1 - e) w_t, e_r = e / C and a_r = b_r + e_r W (W = aux[1]): the gradient of the forward's loss_r, 0 for an
-// ignored row; g_r = gout[r] for 'none' (reduce 0, gout (rows,)), gout[0] for 'sum' (1) and gout[0] / aux[0] for
+// b_r = (1 - e) w_t, e_r = e / C and a_r = b_r + e_r W (W = aux[1]): the gradient of the forward's loss_r, 0 * p for
+// an ignored row (0, or NaN where its softmax is: torch's); g_r = gout[r] for 'none' (reduce 0, gout (rows,)), gout[0] for 'sum' (1) and gout[0] / aux[0] for
 // 'mean' (2) (gout 0-d: the upstream gradient of the sum or mean, read on the device). x and gx are T; w, lse, gout
 // and aux are M (for low T the launcher widens a low-precision gout, exactly). One pass, no reduction (lse and aux
 // are saved). Ops: cross_entropy (sign +1), token_logprob (sign -1).
@@ -143,7 +143,8 @@ softmax_xent_bwd(const T* __restrict__ x, const long long* __restrict__ t, const
             if (c >= cols) continue;
             const M wc = smoothing != 0.0 && w ? w[c] : M(1);  // e = 0 without smoothing: - e wc is exact
             const M d = gg::exp_(v[j] - l) * a - (c == tr ? b : M(0)) - e * wc;
-            gx[c] = gg::store_math<T>(row.ignored ? M(0) : g * d);
+            // an ignored row: 0 * p, as torch's log_softmax backward of a zero gradient (NaN where p is NaN)
+            gx[c] = gg::store_math<T>(row.ignored ? gg::exp_(v[j] - l) * M(0) : g * d);
         }
     }
 }

@@ -76,11 +76,13 @@ def zeros_like(x):
     return _const(x._backend.xp.zeros_like(x._data), x)
 
 
-def depends(value, on):
+def depends(value, on, undefined=False):
     """``value``, recorded as depending on ``on`` with derivative 0: torch's VJPs that read an input through a
     piecewise-constant function (abs: gy * sgn(x); relu: threshold_backward(gy, y)) give create_graph gradients that
-    require grad.  A where() that selects nothing from ``on``: its gradient there is exactly 0."""
-    return REGISTRY["where"].apply(on, value, cond=on._backend.xp.zeros((), dtype=bool))
+    require grad.  A where() that selects nothing from ``on``: its gradient there is exactly 0. ``undefined``: no
+    gradient at all reaches ``on`` (torch's undefined one: a leaf's .grad stays None), as where a backward op of
+    torch's has ``on`` among its inputs but no formula for it."""
+    return REGISTRY["where"].apply(on, value, cond=on._backend.xp.zeros((), dtype=bool), a_undefined=undefined)
 
 
 def sign(x):

@@ -20,7 +20,7 @@ class AutogradMethods:
     def data(self):
         """The same values as a tensor without a graph, sharing memory (as torch's): writes through it bypass
         autograd's version checks. The raw NumPy/CuPy array is ``numpy()`` (CPU) or ``_data``."""
-        return make(self._data, self._backend)
+        return make(self._data.view(), self._backend)  # (a new array object: see detach)
 
     @data.setter
     def data(self, value):
@@ -127,7 +127,9 @@ class AutogradMethods:
 
     def detach(self):
         """Same data (shared), no graph."""
-        t = make(self._data, self._backend)
+        # NOTE: a new array object over the same memory, so Op._bind_saved tells x.detach() / x's operands apart by
+        # identity (the same object would bind x's saved value to its detached alias: no second derivative)
+        t = make(self._data.view(), self._backend)
         t._version_counter = self._version_counter  # in-place changes through it are seen by saved copies
         return t
 

@@ -297,10 +297,12 @@ def _split(xp, gy, a_loses, b_loses, tie):
 
 @register("where", method=False, function=False)  # where(condition, input, other): functional.where
 class Where(Op):
-    """y = cond ? a : b (cond is a non-differentiable keyword).  VJP: ga = gy where cond, gb = gy elsewhere."""
+    """y = cond ? a : b (cond is a non-differentiable keyword).  VJP: ga = gy where cond, gb = gy elsewhere;
+    ``a_undefined`` (tensor_xp.depends): no gradient for a, not even zeros."""
     formula = "ga = gy where cond, gb = gy elsewhere"
     promotes = True
     double_backward = linear = batched_jvp = True
+    a_undefined = False
 
     def forward(self, xp, a, b):
         y = xp.where(self.cond, a, b)
@@ -309,7 +311,7 @@ class Where(Op):
 
     def backward(self, xp, gy):
         cond = self.cond
-        return xp.where(cond, gy, 0), xp.where(cond, 0, gy)
+        return None if self.a_undefined else xp.where(cond, gy, 0), xp.where(cond, 0, gy)
 
 
 @register("abs", inplace=True)

@@ -45,7 +45,9 @@ class LayerNorm(KernelOp):
         xshape, wshape = self.shapes
         gx, gw, gb = impl.layer_norm_bwd(xp, x2, w1, mean, rstd, gy.reshape(x2.shape))
         if xp is tensor_xp and gb is not None and not gb.requires_grad and x.requires_grad:
-            gb = xp.depends(gb, x2[:1, :1].sum())  # torch's one backward op: its gb depends on x (derivative 0)
+            # torch's one backward op has x among its inputs, so its gb requires grad, but no formula of gb's
+            # gradient for x: a leaf x's .grad stays None
+            gb = xp.depends(gb, x2[:1, :1].sum(), undefined=True)
         ng = self.needs_input_grad
         return (gx.reshape(xshape) if ng[0] else None,
                 gw.reshape(wshape) if len(ng) > 1 and ng[1] else None,

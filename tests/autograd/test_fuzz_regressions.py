@@ -482,3 +482,21 @@ def test_forward_mode_jacobian_of_an_empty_input(f, shape):
     j = gpugrad.autograd.functional.jacobian(f, gpugrad.zeros(0, requires_grad=True), vectorize=True,
                                              strategy="forward-mode")
     assert tuple(j.shape) == shape and j.dtype == gpugrad.float32
+
+
+# -- an op over x and its detached alias: each operand's saved value stays its own --------------------------------------
+@pytest.mark.parametrize("alias", ["detach", "data"])
+def test_second_derivative_through_an_op_of_x_and_its_detached_alias(torch, alias):
+    """x.detach() / x saves both operands, which share x's memory: binding each saved value to its own operand keeps
+    the detached one a constant and x's differentiable, so the create_graph gradient requires grad and its
+    derivative is d²/dx² (c / x) = 2c / x³ (the fuzzer: gpugrad's x.grad did not require grad)."""
+    got = []
+    for lib in (gpugrad, torch):
+        x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        c = getattr(x, alias)() if alias == "detach" else x.data
+        (g,) = lib.autograd.grad((c / x + c * x * x).sum(), x, create_graph=True)
+        (gg,) = lib.autograd.grad(g.sum(), x)
+        assert g.requires_grad
+        got.append(np.asarray(gg.detach()))
+    np.testing.assert_allclose(got[0], [2.0 / 1.0 + 2.0, 2.0 * 2.0 / 8.0 + 4.0])  # 2c/x³ + 2c
+    np.testing.assert_allclose(got[0], got[1])

@@ -417,6 +417,23 @@ def test_layer_norm_bias_gradient_under_create_graph_requires_grad(torch):
         assert gb.requires_grad and gb.tolist() == [1.0, 2.0, 3.0]
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_layer_norm_bias_gradient_gives_x_no_gradient(torch, weighted):
+    """gb = Σ gy requires grad under create_graph (torch's backward op has x among its inputs), yet backpropagating
+    it alone leaves x.grad None in torch, whose double backward has no formula for it there (the fuzzer: gpugrad gave
+    x a tensor of zeros). The weight still gets its gradient through gy where gy depends on it."""
+    for lib in (gpugrad, torch):
+        f = F if lib is gpugrad else torch.nn.functional
+        x, b = _leaf(np.arange(12.0).reshape(2, 2, 3) ** 1.5, lib), _leaf([0.5, -1.0, 2.0], lib)
+        w = _leaf([1.0, 2.0, 3.0], lib) if weighted else None
+        y = f.layer_norm(x, (3,), w, b)
+        gx, gb = lib.autograd.grad((y * lib.tensor(np.linspace(-1.0, 1.0, 12).reshape(2, 2, 3))).sum(), (x, b),
+                                   create_graph=True)
+        assert gb.requires_grad
+        (gb * lib.tensor([1.0, -2.0, 3.0])).sum().backward()
+        assert x.grad is None and b.grad is None
+
+
 def test_identity_bias_act_output_may_change_in_place():
     x, b = _leaf([[1.0, 2.0]]), _leaf([0.5, 0.5])
     y = F.bias_act(x, b, "identity")  # as torch's x + b: nothing of y is saved

@@ -492,12 +492,6 @@ KNOWN = [
           and ((m.want == 0) | np.isinf(m.want) | (m.got == 0) | np.isinf(m.got)).any()),
 
     # -- open bugs the fuzzer found in this session (issue 21's closing note lists them; each entry goes with its fix) --
-    Known("layer_norm's second-order gradient at x through gb alone",
-          "NEW bug, open: a create_graph gradient of layer_norm's bias (gb = Σ gy) backpropagated on its own reaches "
-          "x: torch's double backward gives x an undefined gradient (x.grad None, gb still requires grad), gpugrad's "
-          "gb depends on x with derivative 0 (ops/norm.py, tensor_xp.depends), so x.grad is a tensor of zeros",
-          lambda f, m: "layer_norm" in f and _any(f, *CREATE_GRAPH, "second_order") and m.kind == "grad-none"
-          and "gpugrad a tensor, torch None" in m.detail, temporary=True),
     Known("vectorized create_graph Jacobians through a select",
           "NEW bug, open: jacobian / hessian(vectorize=True, create_graph=True) of relu (or another op whose VJP reads "
           "its input only through a comparison) give a result that does not require grad where torch's does: the "
@@ -506,6 +500,11 @@ KNOWN = [
           lambda f, m: _any(f, "functional_jacobian", "functional_hessian") and "functional_vectorize" in f
           and "functional_create_graph" in f and m.kind == "requires-grad" and "requires_grad False, torch True"
           in m.detail, temporary=True),
+    Known("functional.jvp of var or std without degrees of freedom",
+          "NEW bug, open: autograd.functional.jvp(create_graph=True) of var / std with correction >= the element "
+          "count (a NaN result) gives a tangent that requires grad where torch's does not",
+          lambda f, m: m.where == "functional:jvp" and _any(f, "var", "std") and m.kind == "requires-grad"
+          and "requires_grad True, torch False" in m.detail, temporary=True),
     Known("NaN in second-order and tangent passes over non-finite values",
           "NEW bug, open: a create_graph gradient, a tangent's backward or autograd.functional.jvp of a program over "
           "NaN or inf values (min/max, softmax, std with correction >= n) gives NaN where torch gives 0",

@@ -248,6 +248,31 @@ def test_out_of_range_targets_read_nothing(emu):
     assert np.isnan(loss[1:]).all() and np.isnan(gx[1:]).all() and np.isfinite(gx[0]).all()
 
 
+@needs_emu
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_ignored_rows_gradient_is_zero_times_softmax(emu, reduction):
+    """An ignored row's gradient is 0 * softmax(row), as torch's log_softmax backward of its zero gradient: 0 where
+    the softmax is finite, NaN where it is NaN (a NaN or +inf logit, a row of -inf), whatever the upstream gradient.
+    The kernel on the emulator, the reference and the closed form agree (the fuzzer: gpugrad's rows were 0)."""
+    nan, inf = np.nan, np.inf
+    x = np.array([[0.5, nan, -1.0], [inf, 2.0, 0.0], [-inf, -inf, -inf], [0.3, -0.2, 1.0], [1.0, 2.0, -inf]],
+                 np.float32)
+    t = np.array([-100, -100, -100, -100, 1])
+    want = np.zeros_like(x)
+    want[:3] = nan  # softmax NaN there: the log-sum-exp of a row holding NaN or +inf is NaN, of all -inf -inf - -inf
+    p = np.exp(x[4] - np.log(np.exp(x[4]).sum()))
+    opts = dict(ignore_index=-100)
+    for launch in ("reference", "kernel"):
+        impl = reference if launch == "reference" else kernels
+        with kernels.use_runtime(emu):
+            loss, lse, aux = impl.softmax_xent_fwd(np, x, t, reduction, **opts)
+            g = np.ones(5 if reduction == "none" else (), np.float32) * np.float32(3.0)
+            gx = impl.softmax_xent_bwd(np, x, t, lse, g, reduction, aux=aux, **opts)
+        np.testing.assert_array_equal(np.isnan(gx[:4]), np.isnan(want[:4]))
+        np.testing.assert_array_equal(gx[:4][~np.isnan(want[:4])], 0)
+        np.testing.assert_allclose(gx[4], 3.0 * (p - np.eye(3, dtype=np.float32)[1]), rtol=1e-6)
+
+
 # ---- dropout's keep rule: mask = u >= p, so u == p keeps; p == 0 is the identity ------------------------------------
 def _dropout_inputs(xdtype, udtype, p):
     """x with signed zeros and large values; u holding p exactly (in u's dtype), values just below and above it,

@@ -379,3 +379,19 @@ def test_prod_of_a_0d_tensor_checks_the_dim():
     for dim in (1, -2):
         with pytest.raises(IndexError, match="out of range"):
             gpugrad.prod(x, dim, True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_cross_entropy_ignored_rows_with_nonfinite_logits_are_torchs(torch, device, reduction):
+    """An ignored row's gradient is 0 * softmax(row), NaN where the row holds NaN or +inf, as torch's (the kernel and
+    its reference: tests/kernels/test_kernel_emulated.py)."""
+    x = np.array([[0.5, nan, -1.0], [inf, 2.0, 0.0], [0.3, -0.2, 1.0], [1.0, 2.0, -inf]], np.float32)
+    t = np.array([-100, -100, -100, 1])
+    grads = []
+    for lib, f in ((gpugrad, F), (torch, torch.nn.functional)):
+        v = lib.tensor(x, requires_grad=True, **({"device": device} if lib is gpugrad else {}))
+        loss = f.cross_entropy(v, lib.tensor(t, **({"device": device} if lib is gpugrad else {})), reduction=reduction)
+        loss.backward(lib.ones_like(loss) * 2)
+        grads.append(np.asarray(v.grad.cpu()))
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6, equal_nan=True)

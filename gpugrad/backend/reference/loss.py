@@ -99,7 +99,7 @@ def token_logprob_fwd(xp, x, t, status=None, site=0):
 
 def _xent_grad(xp, x, t, lse, g, w=None, ignore_index=None, smoothing=0.0, aux=None):
     """g_i * (p_i a_i - onehot(t_i) b_i - e_i w) with p_i = softmax(x_i), b_i = (1 - e) w[t_i], e_i = e / C (0 for an
-    ignored row) and a_i = b_i + e_i Σ w; NaN rows for invalid t, 0 rows for ignored ones."""
+    ignored row) and a_i = b_i + e_i Σ w; NaN rows for invalid t, 0 * p_i for ignored ones (NaN where p_i is)."""
     wt, ignored, valid = _xent_rows(xp, x, t, w, ignore_index)
     onehot = xp.arange(x.shape[1])[None, :] == t[:, None]
     g = xp.where(valid, g, _s(x, xp.nan))
@@ -113,7 +113,8 @@ def _xent_grad(xp, x, t, lse, g, w=None, ignore_index=None, smoothing=0.0, aux=N
             e = xp.where(ignored, _s(x, 0), _s(x, smoothing / max(x.shape[1], 1)))
             wc = xp.ones(x.shape[1], x.dtype) if w is None else w.astype(x.dtype, copy=False)
             d = p * (b + e * wsum)[:, None] - xp.where(onehot, b[:, None], _s(x, 0)) - e[:, None] * wc
-        return xp.where(ignored[:, None], _s(x, 0), g[:, None] * d)
+        # an ignored row gets 0 * p, as torch's log_softmax backward of its zero gradient: NaN where p is NaN
+        return xp.where(ignored[:, None], p * _s(x, 0), g[:, None] * d)
 
 
 def softmax_xent_bwd(xp, x, t, lse, gloss, reduction="none", w=None, ignore_index=None, smoothing=0.0, aux=None):
