@@ -112,10 +112,11 @@ softmax_xent_fwd(const T* __restrict__ x, const long long* __restrict__ t, const
 
 // backward: gx[r, c] = sign * g_r * (p_c a_r - (c == t[r]) b_r - e_r w_c), p = exp(x[r] - lse[r]), with
 // b_r = (1 - e) w_t, e_r = e / C and a_r = b_r + e_r W (W = aux[1]): the gradient of the forward's loss_r, 0 * p for
-// an ignored row (0, or NaN where its softmax is: torch's); g_r = gout[r] for 'none' (reduce 0, gout (rows,)), gout[0] for 'sum' (1) and gout[0] / aux[0] for
-// 'mean' (2) (gout 0-d: the upstream gradient of the sum or mean, read on the device). x and gx are T; w, lse, gout
-// and aux are M (for low T the launcher widens a low-precision gout, exactly). One pass, no reduction (lse and aux
-// are saved). Ops: cross_entropy (sign +1), token_logprob (sign -1).
+// an ignored row (0, or NaN where its softmax is: torch's); g_r = gout[r] for 'none' (reduce 0, gout (rows,)),
+// gout[0] for 'sum' (1) and gout[0] / aux[0] for 'mean' (2) (gout 0-d: the upstream gradient of the sum or mean,
+// read on the device). x and gx are T; w, lse, gout and aux are M (for low T the launcher widens a low-precision
+// gout, exactly). One pass, no reduction (lse and aux are saved). Ops: cross_entropy (sign +1), token_logprob (sign
+// -1).
 template <typename T>
 __global__ void __launch_bounds__(1024)
 softmax_xent_bwd(const T* __restrict__ x, const long long* __restrict__ t, const gg::math_t<T>* __restrict__ w,
@@ -142,9 +143,9 @@ softmax_xent_bwd(const T* __restrict__ x, const long long* __restrict__ t, const
             const int c = base + threadIdx.x + j * blockDim.x;
             if (c >= cols) continue;
             const M wc = smoothing != 0.0 && w ? w[c] : M(1);  // e = 0 without smoothing: - e wc is exact
-            const M d = gg::exp_(v[j] - l) * a - (c == tr ? b : M(0)) - e * wc;
+            const M p = gg::exp_(v[j] - l);
             // an ignored row: 0 * p, as torch's log_softmax backward of a zero gradient (NaN where p is NaN)
-            gx[c] = gg::store_math<T>(row.ignored ? gg::exp_(v[j] - l) * M(0) : g * d);
+            gx[c] = gg::store_math<T>(row.ignored ? p * M(0) : g * (p * a - (c == tr ? b : M(0)) - e * wc));
         }
     }
 }

@@ -96,23 +96,27 @@ def linspace(start, end, steps, dtype):
         return np.full(steps, _cast(start, d), d)
     if d.kind == "c":  # complex: NumPy's (torch's complex kernel is not modelled)
         return np.linspace(start, end, steps).astype(d)
-    i = np.arange(steps)
-    first = i < steps // 2
-    k = np.where(first, i, steps - 1 - i)  # element i is k steps from its end of the range
+    up, down = _halves(steps)
     if d in LOW:
         s, e, n = _round(start, d), _round(end, d), _round(steps - 1, d)
-        step, kk = _round(_round(e - s, d) / n, d), _round(k, d)
-        out = np.where(first, _round(s + _round(step * kk, d), d), _round(e - _round(step * kk, d), d))
+        step = _round(_round(e - s, d) / n, d)
+        halves = _round(s + _round(step * _round(up, d), d), d), _round(e - _round(step * _round(down, d), d), d)
     elif d.kind == "f":
         s, e = d.type(start), d.type(end)
         step = (e - s) / d.type(steps - 1)
-        out = np.where(first, fused_multiply_add(step, k, s, d), fused_multiply_add(-step, k, e, d))
+        halves = fused_multiply_add(step, up, s, d), fused_multiply_add(-step, down, e, d)
     else:  # integers: float64 steps between the ends (as integers), truncated
         s, e = float(_cast(start, d)), float(_cast(end, d))
         step = (e - s) / (steps - 1)
-        out = np.trunc(np.where(first, fused_multiply_add(step, k, s, np.float64),
-                                fused_multiply_add(-step, k, e, np.float64)))
-    return out.astype(d)
+        halves = np.trunc(fused_multiply_add(step, up, s, np.float64)), \
+            np.trunc(fused_multiply_add(-step, down, e, np.float64))
+    return np.concatenate(halves).astype(d)
+
+
+def _halves(steps):
+    """How many steps each element is from its end of the range: i for the first half (steps // 2 elements), from
+    the start; steps - 1 - i for the rest, from the end (torch's linspace and logspace)."""
+    return np.arange(steps // 2), steps - 1 - np.arange(steps // 2, steps)
 
 
 def _shares(n, threads):
@@ -154,8 +158,8 @@ def logspace(start, end, steps, base, dtype):
     s, e = _cast(start, d), _cast(end, d)
     # the ends' difference as C++ takes it: in the dtype for floats, in int (no wrap-around) for integers
     step = float(_round(e - s, d) if d in LOW else e - s if d.kind == "f" else int(e) - int(s)) / (steps - 1)
-    i = np.arange(steps)
-    exponents = np.where(i < steps // 2, float(s) + step * i, float(e) - step * (steps - 1 - i))
+    up, down = _halves(steps)
+    exponents = np.concatenate([float(s) + step * up, float(e) - step * down])
     return _from_float64(np.array([math.pow(base, x) for x in exponents.tolist()], np.float64), d)
 
 

@@ -52,9 +52,20 @@ def sizes(args):
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
 
 
+def _basic(k):
+    return k is None or k is Ellipsis or isinstance(k, (int, slice))
+
+
 def basic_key(key):
     keys = key if isinstance(key, tuple) else (key,)
-    return all(k is None or k is Ellipsis or isinstance(k, (int, slice)) for k in keys)
+    return all(_basic(k) for k in keys)
+
+
+def one_mask_key(key):
+    """Whether the only advanced index of ``key`` (after index_key) is one boolean mask: torch then fills a single
+    value through masked_fill, which casts it, where index_put refuses another dtype."""
+    advanced = [k for k in (key if isinstance(key, tuple) else (key,)) if not _basic(k)]
+    return len(advanced) == 1 and getattr(advanced[0], "dtype", None) == bool
 
 
 def index_array(idx, like, op):

@@ -2,7 +2,7 @@
 ``<op>_`` method uses (``_inplace``): checks, the graph of the new values, the version bump, tangents."""
 from __future__ import annotations
 
-from gpugrad.core.args import basic_key, index_key
+from gpugrad.core.args import basic_key, index_key, one_mask_key
 from gpugrad.core.forward import inplace_result, write_tangent
 from gpugrad.core.forward_state import STATE as FORWARD
 from gpugrad.core.grad_mode import STATE, no_grad
@@ -128,21 +128,13 @@ class InplaceMethods:
                 value = value.squeeze(0)  # torch drops the value's leading size-1 axes
             region.copy_(value)
             return
-        if isinstance(value, TensorBase) and value.dtype != self.dtype and value.numel() == 1 and _one_mask(key):
+        if isinstance(value, TensorBase) and value.dtype != self.dtype and value.numel() == 1 and one_mask_key(key):
             value = value.to(dtype=self.dtype)  # torch's masked fill of one value: it casts (differentiably)
         if isinstance(value, TensorBase) and value.dtype != self.dtype:  # as torch: index_put does not cast
             raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
                                f"{scalar_type_name(self.dtype)} for the destination and "
                                f"{scalar_type_name(value.dtype)} for the source.")
         self._inplace("__setitem__", lambda: _index_put(self, key, value), (value,))
-
-
-def _one_mask(key):
-    """Whether the only advanced index of ``key`` (after index_key) is one boolean mask: torch then fills a single
-    value through masked_fill, which casts it, where index_put refuses another dtype."""
-    advanced = [k for k in (key if isinstance(key, tuple) else (key,))
-                if not (k is None or k is Ellipsis or isinstance(k, (int, slice)))]
-    return len(advanced) == 1 and getattr(advanced[0], "dtype", None) == bool
 
 
 @on_own_device

@@ -290,10 +290,10 @@ class Cat(Op):
 
     def forward(self, xp, *xs):
         # as torch: 1-D empty tensors are skipped beside tensors of other ranks (their gradient is empty too)
-        ref = next((x for x in xs if not (x.ndim == 1 and x.shape[0] == 0)), xs[0])
-        self.skip = [x is not ref and x.ndim == 1 and x.shape[0] == 0 and ref.ndim != 1 for x in xs]
+        ref = next((x for x in xs if not _legacy_empty(x)), xs[0])
+        self.skip = [x is not ref and _legacy_empty(x) and ref.ndim != 1 for x in xs]
         kept = [x for x, s in zip(xs, self.skip) if not s]
-        if ref.ndim == 1 and ref.shape[0] == 0:  # every input a 1-D empty: torch checks no dim, the result is (0,)
+        if _legacy_empty(ref):  # every input a 1-D empty: torch checks no dim, the result is (0,)
             self.axis = 0
         self.axis = _check_cat(kept, self.axis)
         self.sizes = [0 if s else x.shape[self.axis] for x, s in zip(xs, self.skip)]
@@ -318,6 +318,11 @@ class Cat(Op):
     def cat(tensors, dim=None, *, axis=None):
         """Concatenate along an existing dim (default 0).  NumPy's ``axis=`` is an alias of ``dim``."""
         return Cat.apply(*tensors_of(tensors, "cat"), axis=_dim0(dim, axis, "cat"))
+
+
+def _legacy_empty(x):
+    """A (0,) tensor: torch's cat skips those (its old stand-in for an empty tensor of any rank)."""
+    return x.ndim == 1 and x.shape[0] == 0
 
 
 def _check_cat(xs, axis):

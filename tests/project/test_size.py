@@ -86,10 +86,10 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # library 15725 -> 15790 (issue 19, +62): ReLU as maximum(0, x) behind its import-time probe, its backward as an
 # integer select, Linear's short-batch product order, cross-entropy's id range handed to the reference.
 # tooling 2990 -> 2995 (issue 19, +2): the bench's environment block names the host-malloc policy.
-# library 15790 -> 15915 (issues 20 and 21, +121): torch's CPU values of arange / linspace / logspace with an exactly
+# library 15790 -> 15920 (issues 20 and 21, +127): torch's CPU values of arange / linspace / logspace with an exactly
 # rounded fused multiply-add (backend/ranges.py, ~110); the fuzzer's findings in cat, masked setitem, prod and the
 # forward-mode Jacobian of an empty input.
-BUDGETS = {"library": 15915, "tooling": 2995, "testing": 2115}
+BUDGETS = {"library": 15920, "tooling": 2995, "testing": 2115}
 
 
 def code_lines(path: Path) -> int:
