@@ -29,7 +29,7 @@ from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace
 from gpugrad.ops.matmul import Matmul
 from gpugrad.ops.movement import Cat, Diagonal, Gather, Pieces, tensors_of
-from gpugrad.ops.reduce import Max, Median, Min
+from gpugrad.ops.reduce import Extrema, Max, Median, Min
 from gpugrad.ops.scan import Cumprod
 
 
@@ -155,7 +155,10 @@ min = composite("min")(_extreme("min", "argmin", Min))  # noqa: A001
 
 @composite("aminmax")
 def aminmax(input, *, dim=None, keepdim=False):
-    return return_types.aminmax((input.amin(dim, keepdim), input.amax(dim, keepdim)))
+    results = (input.amin(dim, keepdim), input.amax(dim, keepdim))
+    if results[0]._grad_fn is not None:  # recorded: one node for both, as torch's
+        Extrema(input, results)
+    return return_types.aminmax(results)
 
 
 @composite("median")

@@ -112,7 +112,7 @@ struct elu {
         return x > T(0) ? x : alpha * gg::expm1_(x);
     }
     template <typename T> static __device__ __forceinline__ T bwd(T x, T g, T alpha, T) {
-        return x > T(0) ? g : g * alpha * gg::exp_(x);
+        return x <= T(0) ? g * alpha * gg::exp_(x) : g;  // torch's branches: NaN takes g
     }
 };
 

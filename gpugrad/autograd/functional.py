@@ -23,6 +23,7 @@ from gpugrad.backend import on
 from gpugrad.core.backprop import grad
 from gpugrad.core.forward_state import set_tangent
 from gpugrad.core.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
+from gpugrad.core.tensor_xp import depends
 from gpugrad.creation import ones_like, zeros, zeros_like
 from gpugrad.ops.movement import Stack
 
@@ -235,12 +236,24 @@ def _jacrev_vectorized(outputs, inputs, create_graph, strict):
                 raise
             raise NotImplementedError(f"jacobian(vectorize=True) runs forward mode over the backward pass, which needs "
                                       f"every op's double backward and JVP: {e}. Use vectorize=False.") from e
-        cols = [fwd.unpack_dual(g).tangent if g is not None else None for g in grads]
-    m = sum(o.numel() for o in outputs)
-    cols = [zeros(m, *x.shape, dtype=x.dtype, device=x.device) if c is None else c for c, x in zip(cols, inputs)]
+        m = sum(o.numel() for o in outputs)
+        cols = [_rows_of(g, m, x) for g, x in zip(grads, inputs)]
     per_input = [[r.reshape(*o.shape, *x.shape) for r, o in zip(_rows(c, outputs), outputs)]
                  for c, x in zip(cols, inputs)]
     return tuple(zip(*per_input))
+
+
+def _rows_of(g, m, x):
+    """The tangent of the gradient ``g`` w.r.t. ``x``: its ``m`` rows of J (zeros where ``g`` has none), requiring
+    grad where ``g`` does: torch's vmapped backward is one computation, so its rows depend on the inputs exactly when
+    the gradient does. A VJP that reads an input only through a comparison (relu's) or ignores it (zero_'s) gives
+    ``g`` a dependence with derivative 0 (tensor_xp.depends) that no tangent rule passes on."""
+    t = None if g is None else fwd.unpack_dual(g).tangent
+    if t is None:
+        t = zeros(m, *x.shape, dtype=x.dtype, device=x.device)
+    if g is not None and g.requires_grad and not t.requires_grad:
+        t = depends(t, g)
+    return t
 
 
 def _jacfwd(func, inputs):

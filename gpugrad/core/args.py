@@ -68,6 +68,24 @@ def one_mask_key(key):
     return len(advanced) == 1 and getattr(advanced[0], "dtype", None) == bool
 
 
+def check_index_shapes(key):
+    """torch's first check of an advanced index (after index_key): its index arrays broadcast together, a boolean
+    mask counting as one index of its True count per axis it spans. Checked before the value's dtype, as torch."""
+    advanced = [k for k in (key if isinstance(key, tuple) else (key,)) if not _basic(k)]
+    if len(advanced) < 2:  # one index (a mask's axes agree): nothing to compare, and no count of a CUDA mask to read
+        return
+    shapes = []
+    for k in advanced:
+        k = k if hasattr(k, "dtype") else np.asarray(k)  # a sequence inside a tuple key: torch reads it as an index
+        shapes += [(int(k.sum()),)] * k.ndim if k.dtype == bool else [k.shape]
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError:
+        listed = ", ".join(str(list(shape)) for shape in shapes)
+        raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together with shapes {listed}") \
+            from None
+
+
 def index_array(idx, like, op):
     """An index argument (a Tensor, list or array) as an array of ``like``'s backend."""
     if isinstance(idx, TensorBase):

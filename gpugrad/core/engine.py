@@ -121,9 +121,12 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
         # As torch: a node runs only if a target lies strictly below it (or, for backward(inputs=), it is one).  A
         # captured node with none below is not run (its saved tensors stay, so a later backward through it works)
         # and its hooks run before the capture; nodes that lead to no target are skipped, hooks and all.
+        # Output k of a node with several is torch's input k of that node, reached once every output's gradient is
+        # in and its hooks ran: the paths to its siblings run too.
         needed = set() if capture is not None else set(only)
+        reached = {*targets, *(n._parents[0] for n in targets if n.routes_output)}
         for node in reversed(order):  # inputs first
-            if any(p in needed or p in targets for p in node._parents):
+            if any(p in needed or p in reached for p in node._parents):
                 needed.add(node)
     grads = {}
     for node, g in roots:
@@ -137,14 +140,17 @@ def _run(roots, retain_graph=False, create_graph=False, capture=None, only=None)
             if node._be.device_scope is not device.scope:
                 device.use(node._be.device_scope)
             g, owned = entry
-            if needed is not None and node not in needed:  # captured, nothing to run: hooks, then capture
-                if capture is None or node not in capture:
+            if needed is not None and (node not in needed or node.routes_output and node._parents[0] not in needed):
+                # captured with nothing to run, or an output of a node that has one captured and will not run:
+                # hooks, then the capture
+                if node not in needed and (capture is None or node not in capture):
                     continue
                 if node._pre_hooks:
                     g, owned = _run_hooks(node, g, owned, tensors)
                 if node._retain is not None:
                     _retain_grad(node, g, tensors)
-                capture[node] = g
+                if capture is not None and node in capture:
+                    capture[node] = g
                 continue
             if capture is not None and node in capture:
                 capture[node] = g  # it also runs: captured before its hooks (torch's NOTE [Hooks ordering])

@@ -7,6 +7,8 @@ grad, the JVP is computed with recorded Tensor ops, so reverse mode over forward
 """
 from __future__ import annotations
 
+import weakref
+
 from gpugrad.backend import on
 from gpugrad.core import tensor_xp
 from gpugrad.core.forward_state import DERIVED, PARENTS, STATE, pause, remember, set_tangent
@@ -98,8 +100,10 @@ def tangent_of(t):
     if not isinstance(t, TensorBase):
         return None
     base, own = t._base, t._fw_grad
-    if base is None or t._view_fn is None or base._fw_grad is None:
+    if base is None or t._view_fn is None:
         return own
+    if base._fw_grad is None:  # a view of a dual made of a view: its parent dual's tangent may have been replaced
+        return own if own is None or STATE.batch is not None else _from_parent(t, own)
     bt = base._fw_grad
     seen = DERIVED.get(id(t))
     if seen is None or seen[0]() is not t:  # not made from the base's: its own (make_dual), or none yet
@@ -117,6 +121,24 @@ def tangent_of(t):
                 tv = make(t._view_fn(bt._data), bt._backend)
         set_tangent(t, tv)
     remember(t, bt)
+    return tv
+
+
+def _from_parent(t, own):
+    """``t``'s tangent, made again from the dual it was viewed from (forward_state.PARENTS) when that dual's tangent
+    is no longer the one (or at the version) ``t``'s was made from: an in-place write into the dual rebinds it."""
+    entry = PARENTS.get(id(t))
+    parent = entry[1]() if entry is not None and entry[0]() is t else None
+    pt = tangent_of(parent) if parent is not None else None
+    if pt is None or entry[3]() is pt and entry[4] == pt._version_counter[0]:
+        return own
+    with pause():
+        if _GRAD.enabled and pt._requires_grad:
+            tv = REGISTRY["as_view"].apply(pt, view_fn=entry[2])
+        else:
+            tv = make(entry[2](pt._data), pt._backend)
+    set_tangent(t, tv)
+    PARENTS[id(t)] = entry[:3] + (weakref.ref(pt), pt._version_counter[0])
     return tv
 
 

@@ -39,7 +39,8 @@ def pause():
 DERIVED = {}
 
 
-PARENTS = {}  # id(view) -> (the view, the tensor it was made from, view_fn from that tensor), weakly
+PARENTS = {}  # id(view) -> (the view, the tensor it was made from, view_fn from that tensor, that tensor's tangent
+#               then and its version), weakly
 
 
 def note_view(view, root, base, view_fn):
@@ -51,7 +52,9 @@ def note_view(view, root, base, view_fn):
         remember(view, root._fw_grad)
     elif base._fw_grad is not None:
         key = id(view)
-        PARENTS[key] = (weakref.ref(view, lambda _, k=key: PARENTS.pop(k, None)), weakref.ref(base), view_fn)
+        bt = base._fw_grad  # and the parent's tangent it was made from, at its version (forward.tangent_of)
+        PARENTS[key] = (weakref.ref(view, lambda _, k=key: PARENTS.pop(k, None)), weakref.ref(base), view_fn,
+                        weakref.ref(bt), bt._version_counter[0])
 
 
 def remember(view, base_tangent):

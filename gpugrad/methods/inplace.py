@@ -2,7 +2,7 @@
 ``<op>_`` method uses (``_inplace``): checks, the graph of the new values, the version bump, tangents."""
 from __future__ import annotations
 
-from gpugrad.core.args import basic_key, index_key, one_mask_key
+from gpugrad.core.args import basic_key, check_index_shapes, index_key, one_mask_key
 from gpugrad.core.forward import inplace_result, write_tangent
 from gpugrad.core.forward_state import STATE as FORWARD
 from gpugrad.core.grad_mode import STATE, no_grad
@@ -128,13 +128,27 @@ class InplaceMethods:
                 value = value.squeeze(0)  # torch drops the value's leading size-1 axes
             region.copy_(value)
             return
-        if isinstance(value, TensorBase) and value.dtype != self.dtype and value.numel() == 1 and one_mask_key(key):
+        self._check_inplace("__setitem__", (value,))  # torch's order: a leaf's write, the index, then the dtypes
+        one_value = isinstance(value, TensorBase) and value.numel() == 1 and one_mask_key(key)  # masked_fill's
+        if isinstance(value, TensorBase) and not one_value and value.numel() and _share(self, value):
+            raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor "
+                               "refer to a single memory location. Please clone() the tensor before performing the "
+                               f"operation. (x[index] = value: the value of shape {tuple(value.shape)} is x's memory)")
+        check_index_shapes(key)
+        if one_value and value.dtype != self.dtype:
             value = value.to(dtype=self.dtype)  # torch's masked fill of one value: it casts (differentiably)
         if isinstance(value, TensorBase) and value.dtype != self.dtype:  # as torch: index_put does not cast
             raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
                                f"{scalar_type_name(self.dtype)} for the destination and "
                                f"{scalar_type_name(value.dtype)} for the source.")
         self._inplace("__setitem__", lambda: _index_put(self, key, value), (value,))
+
+
+def _share(a, b):
+    """Whether two tensors' memory may overlap (False for vmap's batched tensors, whose values are not read)."""
+    be = a._backend
+    return isinstance(a._data, be.array_type) and isinstance(b._data, be.array_type) and bool(
+        be.xp.may_share_memory(a._data, b._data))
 
 
 @on_own_device

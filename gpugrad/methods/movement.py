@@ -1,7 +1,7 @@
 """Views and indexing: ``view``, ``flatten``, ``transpose``/``T``/``mT``/``t``, ``expand_as``, ``x[key]``."""
 from __future__ import annotations
 
-from gpugrad.core.args import basic_key, index_key
+from gpugrad.core.args import basic_key, check_index_shapes, index_key
 from gpugrad.core.views import mark_view
 from gpugrad.ops.movement import Index
 
@@ -45,6 +45,7 @@ class MovementMethods:
     def __getitem__(self, key):
         key = index_key(key, self)
         if not basic_key(key):
+            check_index_shapes(key)
             return Index.apply(self, key=key)
         keys, lone = (key if isinstance(key, tuple) else (key,)), isinstance(key, slice)
         if Ellipsis not in keys:

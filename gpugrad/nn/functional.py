@@ -291,9 +291,11 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
                       stacklevel=2)
     if log_target:
         loss = target.exp() * (target - input)
-    else:  # torch's xlogy(t, t) - t input: t log t, 0 at t = 0 (no 0 * -inf), NaN for t < 0 (quietly: t * NaN)
+    else:  # torch's xlogy(t, t) - t input: t log t, 0 at t = 0 (no 0 * -inf), NaN for t < 0
         t = target if isinstance(target, Tensor) else as_operand(target, input)
-        xlogy = _where(t._data < 0, t * float("nan"), t * _where(t._data > 0, t, 1.0).log())
+        # NOTE: the NaN is a constant: t * NaN would send NaN * 0 back to every target (where's zero gradient for the
+        # branch it did not take, times NaN), which made every target's gradient NaN
+        xlogy = _where(t._data < 0, float("nan"), t * _where(t._data > 0, t, 1.0).log())
         loss = xlogy - t * input
     if reduction == "batchmean":
         return loss.sum() / input.shape[0] if input.ndim else loss.sum()

@@ -129,7 +129,8 @@ class BiasAct(KernelOp):
         gz = self._g_df(R, xp, s, gy)
         if s.requires_grad and not gz.requires_grad:
             gz = xp.depends(gz, s)
-        return gz, gz.sum(axis=tuple(range(gz.ndim - 1)))
+        lead = tuple(range(gz.ndim - 1))  # none for a 1-D x: sum(axis=()) would be torch's sum over every axis
+        return gz, gz.sum(axis=lead) if lead else gz
 
     def _jvp(self, impl, xp, ins, out, ts):
         x, b = ins[:2]

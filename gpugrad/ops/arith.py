@@ -7,6 +7,8 @@ import numbers
 import numpy as np
 
 from gpugrad.backend import reference as R
+from gpugrad.core.forward import tangent_of
+from gpugrad.core.forward_state import STATE as FORWARD, pause, set_tangent
 from gpugrad.core.op import Op, named
 from gpugrad.core.promotion import _np_result_type
 from gpugrad.core.registry import REGISTRY, register
@@ -188,11 +190,12 @@ class Pow(Op):
         a, b, y = self.saved
         ga = gb = None
         if self.needs_input_grad[0]:
-            if isinstance(b, numbers.Number):  # a Python scalar exponent: decide here, no `where` on the hot path
-                # x ** 0: zeros as torch's pow_backward, not gy * 0 (NaN where gy is NaN or inf)
-                ga = xp.zeros_like(gy) if b == 0 else gy * b * a ** (b - 1)
-            else:  # b == 0 would give 0 * a**-1 = NaN at a == 0
-                ga = xp.where(b == 0, 0, gy * b * a ** (b - 1))
+            with R._quiet(xp):  # 0 ** (b - 1) = inf for b < 1 (masked where b == 0), as torch's
+                if isinstance(b, numbers.Number):  # a Python scalar exponent: decide here, no `where` on the hot path
+                    # x ** 0: zeros as torch's pow_backward, not gy * 0 (NaN where gy is NaN or inf)
+                    ga = xp.zeros_like(gy) if b == 0 else gy * b * a ** (b - 1)
+                else:  # b == 0 would give 0 * a**-1 = NaN at a == 0
+                    ga = xp.where(b == 0, 0, gy * b * a ** (b - 1))
         if self.needs_input_grad[1]:
             if isinstance(a, numbers.Number):  # a Python scalar base
                 log_a = math.log(a) if a > 0 else -math.inf if a == 0 else math.nan
@@ -371,15 +374,41 @@ class Clamp(Op):
                 if want != input._data.dtype:
                     input = input.to(dtype=want)
             return Clamp.apply(input, lo=min, hi=max)
-        y = _clamp_to_tensors(input, None if min is None else as_operand(min, input),
-                              None if max is None else as_operand(max, input))
+        lo, hi = (None if b is None else as_operand(b, input) for b in (min, max))
+        y = _clamp_to_tensors(input, lo, hi)
+        if FORWARD.level is not None:
+            _clamp_tangent(y, input, lo, hi)
         return named(y, "ClampBackward0")  # torch's node for tensor bounds (clamp.Tensor)
+
+
+def _clamp_tangent(y, x, lo, hi):
+    """torch's clamp_jvp, which parts from the gradients' rule (_clamp_to_tensors) at ties: with one bound, x's
+    tangent only strictly inside it (x > min, x < max), the bound's elsewhere (NaN included); with both, the bound's
+    only strictly outside them, and max's wherever min > max."""
+    tx, tl, th = (tangent_of(v) for v in (x, lo, hi))
+    if tx is None and tl is None and th is None:
+        return
+    with pause():
+        zero = new(0.0, dtype=y.dtype, device=y.device)
+        if FORWARD.batch is not None:  # B directions: (B, *v.shape), each lined up with y's trailing axes
+            tx, tl, th = (t if t is None or v.ndim == y.ndim else
+                          t.reshape((t.shape[0],) + (1,) * (y.ndim - v.ndim) + tuple(v.shape))
+                          for t, v in ((tx, x), (tl, lo), (th, hi)))
+        tx, tl, th = (zero if t is None else t for t in (tx, tl, th))
+        if hi is None:
+            t = Where.apply(tx, tl, cond=(x > lo)._data)
+        elif lo is None:
+            t = Where.apply(tx, th, cond=(x < hi)._data)
+        else:
+            t = Where.apply(th, Where.apply(tl, Where.apply(th, tx, cond=(x > hi)._data), cond=(x < lo)._data),
+                            cond=(lo > hi)._data)
+    set_tangent(y, t if t.dtype == y.dtype else t.to(y.dtype))
 
 
 def _clamp_to_tensors(x, lo, hi):
     """clamp with Tensor bounds, torch's values and gradients (clamp_backward_min_max): x where lo <= x <= hi, lo where
     x < lo < hi, hi where x > hi or hi < lo, lo (= hi) with no gradient where x is beyond lo == hi; NaN wherever x or a
-    bound is NaN, with no gradient (each comparison with NaN is False)."""
+    bound is NaN, with the gradient of the masks (each comparison with NaN is False)."""
     if hi is None:
         take = ((x, x >= lo), (lo, x < lo))
     elif lo is None:
@@ -395,6 +424,8 @@ def _clamp_to_tensors(x, lo, hi):
     rest = lo if lo is not None else hi  # reached only where lo == hi (or through a NaN)
     rest = rest.detach() if isinstance(rest, TensorBase) else new(rest, dtype=x.dtype, device=x.device)
     y = Where.apply(float("nan"), rest, cond=nan._data)
-    for value, mask in reversed(take):
+    stray = None  # where a mask selected despite a NaN (x NaN with hi < lo, say): torch's value is NaN there, but
+    for value, mask in reversed(take):  # the gradient goes where the mask says
         y = Where.apply(value, y, cond=mask._data)
-    return y
+        stray = mask if stray is None else stray | mask
+    return Where.apply(y + float("nan"), y, cond=(stray & nan)._data)

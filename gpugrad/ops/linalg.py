@@ -141,9 +141,14 @@ class LinalgVectorNorm(_Reduce):
 
     def forward(self, xp, x):
         axes, p, k = self._setup(x), self.ord, self.keepdims
-        if abs(p) == math.inf and any(x.shape[a] == 0 for a in self.axes):
-            raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on an empty tensor because the "
-                               "operation does not have an identity")
+        empty = [a for a in self.axes if x.shape[a] == 0]
+        if (p < 0 or p == math.inf) and empty:  # min, max and 1 / Σ |x|^p of nothing: torch's words (and typo)
+            given = self.axis if isinstance(self.axis, (tuple, list)) else (self.axis,)
+            where = ("an empty tensor because" if self.axis is None else
+                     f"the dimension {next(g for g in given if g % x.ndim == empty[0])}because this dimension is "
+                     "empty and")
+            raise RuntimeError(f"linalg.vector_norm cannot compute the {p:g} norm on {where} the operation does not "
+                               "have an identity")
         a = xp.abs(x)
         with R._quiet(xp):  # a negative p at x = 0: 0 ** p = inf, and inf ** (1 / p) = 0, as torch, quietly
             y = (xp.amax(a, axis=axes, keepdims=k) if p == math.inf else xp.amin(a, axis=axes, keepdims=k)

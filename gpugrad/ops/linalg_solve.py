@@ -287,7 +287,9 @@ class LinalgSlogdet(Op):
         logabs = LinalgSlogdet.apply(A, signs=signs)
         sign = make(logabs._backend.as_array(signs[0]), logabs._backend)
         if logabs.requires_grad:
-            sign = tensor_xp.depends(sign, logabs)  # derivative 0, through the node that computed it
+            # through the node that computed it, as torch's, whose formula ignores the sign's gradient: a gradient
+            # of the sign alone reaches A as none at all (A.grad stays None)
+            sign = tensor_xp.depends(sign, logabs, undefined=True)
             if sign._grad_fn is not None:  # None where a transform (func.grad's per-sample run) keeps no graph here
                 sign._grad_fn._name = "LinalgSlogdetBackward0"
         return sign, logabs

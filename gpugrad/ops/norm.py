@@ -8,6 +8,7 @@ from gpugrad.backend import deferred
 from gpugrad.core import tensor_xp
 from gpugrad.core.op import Op
 from gpugrad.core.registry import register
+from gpugrad.core.tensor import TensorBase
 from gpugrad.ops.kernel_op import KernelOp
 
 
@@ -44,10 +45,12 @@ class LayerNorm(KernelOp):
         x2 = self._as_rows(x)
         xshape, wshape = self.shapes
         gx, gw, gb = impl.layer_norm_bwd(xp, x2, w1, mean, rstd, gy.reshape(x2.shape))
-        if xp is tensor_xp and gb is not None and not gb.requires_grad and x.requires_grad:
-            # torch's one backward op has x among its inputs, so its gb requires grad, but no formula of gb's
-            # gradient for x: a leaf x's .grad stays None
-            gb = xp.depends(gb, x2[:1, :1].sum(), undefined=True)
+        anchor = next((a for a in (x2, w1) if isinstance(a, TensorBase) and a.requires_grad), None)
+        if xp is tensor_xp and anchor is not None:
+            # torch's one backward op has x and the weight among its inputs, so its gw and gb require grad, but it
+            # has no formula for their gradients there: a leaf's .grad stays None
+            on = anchor.reshape(-1)[:1].sum()
+            gw, gb = (g if g is None or g.requires_grad else xp.depends(g, on, undefined=True) for g in (gw, gb))
         ng = self.needs_input_grad
         return (gx.reshape(xshape) if ng[0] else None,
                 gw.reshape(wshape) if len(ng) > 1 and ng[1] else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from gpugrad.core.args import canonical_axis, dims, moment, with_dtype
+from gpugrad.core.node import Node, SeveralOutputs, grad_edge
 from gpugrad.core.op import Op
 from gpugrad.core.registry import composite, register
 
@@ -158,6 +159,41 @@ def amin(input, dim=(), keepdim=False, **kw):
     return Min.apply(input, amax=True, **dims(dim, keepdim, kw, "amin"))
 
 
+class Extrema(SeveralOutputs, Node):
+    """torch's one node of aminmax's (min, max), AminmaxBackward0: each result is one of its outputs, so a hook on
+    one runs whenever the other's gradient is taken or captured, as in torch. Its VJP is the sum of those of the
+    amin and amax nodes that computed the results (each split evenly among ties), which also saved and check their
+    values, gave the results their tangents and differentiate again under create_graph."""
+
+    n_outputs = 2
+
+    def __init__(self, input, results):
+        self._be = input._backend
+        self._parts = [r._grad_fn for r in results]
+        self.next_functions = ((grad_edge(input), 0),)
+        self._in_meta = ((input._data.shape, input._data.dtype),)
+        for k, r in enumerate(results):
+            r._grad_fn = self.output_slot(k, (r._data.shape, r._data.dtype))
+
+    def name(self):
+        return "AminmaxBackward0"
+
+    def run_backward(self, grads, create_graph):
+        self.call_hooks_of_unused_outputs(grads)
+        total = None
+        for node, g in zip(self._parts, grads):
+            if g is not None:
+                (gx,) = node.run_backward(g, create_graph)
+                total = gx if total is None else total + gx
+            elif node._saved_refs is not None or node._released:  # torch's node saved both results: it checks both
+                node._check_saved()
+        return (total,)
+
+    def release(self):
+        for node in self._parts:
+            node.release()
+
+
 @register("median")
 class Median(_Extreme):
     """torch.median() over all elements: the lower of the two middle values, NaN if any is NaN.  VJP and JVP as
@@ -223,8 +259,14 @@ class Var(_Reduce):
             return xp.zeros_like(out)
         x = ins[0]
         centered = x - _mean(xp, x, self.axes, self.n)
-        return xp.sum(centered * ts[0], axis=self.axes, keepdims=self.keepdims) * (
-            2.0 / self.dof if self.dof else float("inf"))
+        if self.dof > 0:
+            return xp.sum(centered * ts[0], axis=self.axes, keepdims=self.keepdims) * (2.0 / self.dof)
+        if self.axis is None or not self.in_shape:  # the VJP's constant factor (see _vjp)
+            return xp.sum(ts[0] * xp.where(centered == 0, float("nan"), float("inf")), axis=self.axes,
+                          keepdims=self.keepdims)
+        # torch's var_jvp over given axes scales each term before the sum: 2 / 0 = inf times a 0 term is NaN
+        return xp.sum(centered * ts[0] * (2.0 / self.dof if self.dof else float("inf")), axis=self.axes,
+                      keepdims=self.keepdims)
 
     def _vjp(self, xp, x, gy):
         centered = x - _mean(xp, x, self.axes, self.n)

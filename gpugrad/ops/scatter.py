@@ -1,6 +1,8 @@
 """Scatter along a dim: the transpose of gather (torch's scatter, scatter_add and, through them, index_add)."""
 from __future__ import annotations
 
+import numpy as np
+
 from gpugrad.backend import deferred
 from gpugrad.core.args import canonical_axis, index_array
 from gpugrad.core.op import Op, named as _named
@@ -72,8 +74,16 @@ def index_add(input, dim, index, source, *, alpha=1):
     d = canonical_axis(dim, input.ndim, "index_add")
     idx = index_array(index, input, "index_add")
     n = input.shape[d] if input.ndim else 1
-    deferred.check_range(idx, n, IndexError, f"index_add(): index out of range in self: ids must lie in [0, {n}) along "
-                         f"dim {d} of the input {tuple(input.shape)}, got min {{lo}} and max {{hi}}")
+    if input.ndim > 1 and not input.numel():  # torch's CPU kernel checks nothing then: no id reaches an element
+        idx, source = idx[:0], source.narrow(d, 0, 0)
+    where = f"index_add: ids must lie in [0, {n}) along dim {d} of the input {tuple(input.shape)}"
+    # torch's CPU kernels: scatter_add_ along the first or last of 2+ dims with int64 ids and alpha 1 (its error),
+    # else a loop over the ids (index_select's)
+    if input.ndim > 1 and d in (0, input.ndim - 1) and idx.dtype == np.int64 and alpha == 1:
+        deferred.check_range(idx, n, RuntimeError, f"index {{bad}} is out of bounds for dimension {d} with size {n} "
+                             f"({where})")
+    else:
+        deferred.check_range(idx, n, IndexError, f"index out of range in self ({where}, got min {{lo}} and max {{hi}})")
     idx = idx.reshape([-1 if e == d else 1 for e in range(source.ndim)])
     source = source if alpha == 1 else source * alpha
     out = Scatter.scatter(input, d, input._backend.xp.broadcast_to(idx, source.shape), source, reduce="add")

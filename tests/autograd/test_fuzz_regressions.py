@@ -5,8 +5,10 @@ documents), and against torch itself where the `torch` fixture is available: onl
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
+import re
 import weakref
 
 import numpy as np
@@ -500,3 +502,302 @@ def test_second_derivative_through_an_op_of_x_and_its_detached_alias(torch, alia
         got.append(np.asarray(gg.detach()))
     np.testing.assert_allclose(got[0], [2.0 / 1.0 + 2.0, 2.0 * 2.0 / 8.0 + 4.0])  # 2c/x³ + 2c
     np.testing.assert_allclose(got[0], got[1])
+
+
+# -- a vectorized create_graph Jacobian through a select requires grad ----------------------------------------------------
+@pytest.mark.parametrize("which", ["jacobian", "hessian"])
+def test_vectorized_create_graph_jacobian_through_relu_requires_grad(which):
+    """relu's VJP reads x only through x > 0, so J = d relu(x) * 2 / dx = diag(2 [x > 0]) has derivative 0 in x, but
+    torch's vmapped backward records it as a function of x: J requires grad and d sum(J) / dx is 0 (not None). The
+    vectorized path takes J from the tangent of the backward, which carried no such dependence (the fuzzer)."""
+    fn = getattr(gpugrad.autograd.functional, which)
+    x = gpugrad.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    f = (lambda t: gpugrad.relu(t) * 2) if which == "jacobian" else (lambda t: (gpugrad.relu(t) * t).sum())
+    j = fn(f, x, create_graph=True, vectorize=True)
+    want = np.diag([2.0, 0.0, 2.0])  # relu(t) * t = t² [t > 0]: the Hessian is 2 [t > 0] on the diagonal, too
+    assert j.requires_grad
+    np.testing.assert_array_equal(j.detach().numpy(), want)
+    (gx,) = grad(j.sum(), x, allow_unused=True)
+    np.testing.assert_array_equal(gx.numpy(), [0.0, 0.0, 0.0])
+
+
+# -- functional.jvp of a variance without degrees of freedom -------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf and 0 * inf in the tangent, as the values say
+@pytest.mark.parametrize("x, correction, t, want", [
+    ([0.0, 2.0], 2, [1.0, 1.0], math.inf), ([0.0, 2.0], 2, [1.0, -1.0], math.nan), ([0.0, 2.0], 3, [1.0, 0.0], math.nan),
+    ([0.0, 2.0], 3, [1.0, 1.0], math.inf), ([1.0, 1.0], 2, [1.0, 1.0], math.nan), ([3.0], 1, [1.0], math.nan)])
+def test_jvp_of_var_without_degrees_of_freedom(x, correction, t, want):
+    """Over all elements with n <= correction, torch's var_backward is gy * (inf where x is off its mean, NaN where on
+    it), a constant: the tangent is Σ t_i * that (inf + inf = inf, inf - inf and 0 * inf = NaN) and does not require
+    grad. gpugrad's JVP took Σ (x - mean) t * 2 / dof: finite or -inf values, requiring grad (the fuzzer)."""
+    xs = gpugrad.tensor(x, dtype=gpugrad.float64, requires_grad=True)
+    _, tangent = gpugrad.autograd.functional.jvp(lambda v: v.var(correction=correction), xs,
+                                                 gpugrad.tensor(t, dtype=gpugrad.float64), create_graph=True)
+    assert not tangent.requires_grad
+    np.testing.assert_equal(tangent.item(), want)
+
+
+def test_vectorized_create_graph_jacobian_through_a_zeroed_tensor_requires_grad():
+    """f(x) = (2 exp(log_softmax(x))).zero_(): J = 0, but torch's backward of zero_ feeds zeros on through the
+    log_softmax node, whose inputs require grad, so J requires grad; the vectorized path had no tangent there."""
+    def f(v):
+        y = v.log_softmax(-1).exp() * 2
+        y.zero_()
+        return y.reshape(-1, 1)
+
+    x = gpugrad.tensor([[0.5], [1.0], [2.0]], dtype=gpugrad.float64, requires_grad=True)
+    j = gpugrad.autograd.functional.jacobian(f, x, create_graph=True, vectorize=True)
+    assert j.requires_grad and not j.detach().numpy().any()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("x, t, want", [([0.0, 2.0], [1.0, 1.0], math.nan), ([0.0, 2.0], [1.0, -1.0], -math.inf),
+                                        ([0.0, 2.0], [1.0, 0.0], math.nan)])
+def test_forward_mode_var_over_an_axis_without_degrees_of_freedom(x, t, want):
+    """var(dim=0, correction=2) of two elements: torch's var_jvp scales each term by 2 / 0 = inf before the sum, so
+    a zero term is inf * 0 = NaN ((x - mean) t = (-1, 1) t: inf - inf or -inf + NaN) and (-1, -1) sums to -inf."""
+    fa = gpugrad.autograd.forward_ad
+    with fa.dual_level():
+        d = fa.make_dual(gpugrad.tensor(x, dtype=gpugrad.float64), gpugrad.tensor(t, dtype=gpugrad.float64))
+        np.testing.assert_equal(fa.unpack_dual(d.var(dim=0, correction=2)).tangent.item(), want)
+
+
+# -- elu at 0 and at NaN: torch's branches ------------------------------------------------------------------------------
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 2.0])
+def test_elu_derivatives_at_zero_and_nan(alpha):
+    """torch's elu_backward takes alpha e^x where x <= 0 (so f'(0) = alpha, and NaN takes the other branch: gy), and
+    its double backward masks by x < 0, so f''(0) = 0 (the reference's minimum(x, 0) gave its tie's half: alpha / 2;
+    the fuzzer). Closed forms: f' = alpha e^x, f'' = alpha e^x for x < 0."""
+    x = gpugrad.tensor([-1.0, 0.0, 1.0, math.nan], dtype=gpugrad.float64, requires_grad=True)
+    (g,) = grad(F.elu(x, alpha).sum(), x, create_graph=True)
+    (h,) = grad(g.sum(), x)
+    np.testing.assert_allclose(g.detach().numpy(), [alpha * math.exp(-1.0), alpha, 1.0, 1.0])
+    np.testing.assert_allclose(h.numpy()[:3], [alpha * math.exp(-1.0), 0.0, 0.0])
+    np.testing.assert_array_equal(reference.elu_bwd(np, x.detach().numpy(), np.ones(4), alpha),
+                                  [alpha * math.exp(-1.0), alpha, 1.0, 1.0])
+
+
+def test_bias_act_of_a_vector_differentiates_twice():
+    """bias_act(x, b) of a 1-D x: its create_graph bias gradient is gz itself (summing over no leading axes, not
+    torch's sum over all of them: the fuzzer's reshape error). Values: relu(x + b) with x + b = (0.6, -0.8, 2.3)."""
+    x = gpugrad.tensor([0.5, -1.0, 2.0], dtype=gpugrad.float64, requires_grad=True)
+    b = gpugrad.tensor([0.1, 0.2, 0.3], dtype=gpugrad.float64, requires_grad=True)
+    w = gpugrad.tensor([1.0, 2.0, 3.0], dtype=gpugrad.float64)
+    gx, gb = grad((F.bias_act(x, b, "sigmoid") * w).sum(), (x, b), create_graph=True)
+    s = 1 / (1 + np.exp(-np.array([0.6, -0.8, 2.3])))
+    np.testing.assert_allclose(gx.detach().numpy(), w.numpy() * s * (1 - s))
+    np.testing.assert_allclose(gb.detach().numpy(), gx.detach().numpy())
+    (hb,) = grad(gb.sum(), b)
+    np.testing.assert_allclose(hb.numpy(), w.numpy() * s * (1 - s) * (1 - 2 * s))
+
+
+# -- an output's hook runs when a sibling output is captured --------------------------------------------------------------
+@pytest.mark.parametrize("how", ["grad", "backward_inputs"])
+def test_hook_on_a_sibling_output_runs_when_one_output_is_captured(how):
+    """a, b = x.unbind(): torch captures a's gradient at the input of UnbindBackward0 once all its inputs are in, so
+    the path to b runs and b's hook sees its gradient 3 (and b retains it), though the node itself does not run."""
+    calls = []
+    x = gpugrad.tensor([1.0, 3.0], requires_grad=True)
+    a, b = x.unbind(0)
+    b.register_hook(lambda g: calls.append(g.item()))
+    b.retain_grad()
+    if how == "grad":
+        assert grad(a * 2 + b * 3, [a])[0].item() == 2.0
+    else:
+        (a * 2 + b * 3).backward(inputs=[a])
+        assert a.grad.item() == 2.0
+    assert calls == [3.0] and b.grad.item() == 3.0 and x.grad is None
+
+
+def test_hook_on_the_captured_output_changes_the_capture_only_when_its_node_does_not_run():
+    """torch's order: a node that will not run calls the hooks, then captures; one that runs captures first."""
+    x = gpugrad.tensor([1.0, 3.0], requires_grad=True)
+    a, b = (x * 1).unbind()
+    b.register_hook(lambda g: g * 10)
+    assert grad(b * 3, b)[0].item() == 30.0
+    gb, gx = grad(b * 3 + a, [b, x])
+    assert gb.item() == 3.0 and gx.tolist() == [1.0, 30.0]
+
+
+def test_aminmax_is_one_node_with_two_outputs(torch):
+    """torch's AminmaxBackward0: both results are its outputs, so a hook on max runs when min's gradient is taken,
+    an in-place change to max is caught by a backward through min, and the gradients split ties evenly."""
+    x = gpugrad.tensor([[1.0, 3.0, 3.0], [2.0, -1.0, 0.0]], dtype=gpugrad.float64, requires_grad=True)
+    mn, mx = x.aminmax(dim=1)
+    assert mn.grad_fn.name() == mx.grad_fn.name() == "AminmaxBackward0"
+    calls = []
+    mx.register_hook(lambda g: calls.append(g.tolist()))
+    (gmn,) = grad((mx * 5).sum() + (mn * 3).sum(), [mn], retain_graph=True)
+    assert gmn.tolist() == [3.0, 3.0] and calls == [[5.0, 5.0]]
+    (gx,) = grad((mn * 2 + mx * mx).sum(), x, create_graph=True)
+    np.testing.assert_allclose(gx.detach().numpy(), [[2.0, 3.0, 3.0], [4.0, 2.0, 0.0]])  # 2 at the min, 2 max / 2
+    (hx,) = grad(gx.sum(), x)
+    np.testing.assert_allclose(hx.numpy(), [[0.0, 1.0, 1.0], [2.0, 0.0, 0.0]])
+    mn, mx = x.aminmax(dim=1)
+    mx.div_(3)
+    with pytest.raises(RuntimeError, match=INPLACE_ERROR):
+        mn.sum().backward()
+    t = torch.tensor(x.detach().numpy(), requires_grad=True)
+    tmn, tmx = t.aminmax(dim=1)
+    assert tmn.grad_fn.name() == "AminmaxBackward0"
+
+
+# -- advanced indexing: torch's order of checks ---------------------------------------------------------------------------
+def test_index_put_checks_the_leaf_then_the_index_shapes_then_the_dtypes():
+    """torch's x[i, j] = v: a leaf that requires grad refuses first, then index tensors that do not broadcast
+    (IndexError, torch's words), then a value of another dtype; reading x[i, j] gives the same IndexError."""
+    i, j = gpugrad.tensor([], dtype=gpugrad.int64), gpugrad.tensor([0, 1, -1])
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        gpugrad.zeros(2, 2, requires_grad=True)[i, j] = gpugrad.ones((), dtype=gpugrad.float64)
+    msg = re.escape("shape mismatch: indexing tensors could not be broadcast together with shapes [0], [3]")
+    for value in (gpugrad.ones(()), gpugrad.ones((), dtype=gpugrad.float64)):
+        with pytest.raises(IndexError, match=msg):
+            gpugrad.zeros(2, 2, 2)[i, j] = value
+    with pytest.raises(IndexError, match=msg):
+        gpugrad.zeros(2, 2, 2)[i, j]
+    mask = gpugrad.tensor([[True, False], [True, True]])
+    with pytest.raises(IndexError, match=re.escape("shapes [3], [3], [2]")):
+        gpugrad.zeros(2, 2, 2)[mask, gpugrad.tensor([0, 1])]
+    assert tuple(gpugrad.zeros(2, 2, 2)[mask, gpugrad.tensor([0, 1, 1])].shape) == (3,)
+    with pytest.raises(RuntimeError, match="Index put requires the source and destination dtypes match"):
+        gpugrad.zeros(2, 2)[gpugrad.tensor([0, 1])] = gpugrad.ones((), dtype=gpugrad.float64)
+
+
+@pytest.mark.parametrize("shape, dim, error, text", [
+    ((3,), 0, IndexError, "index out of range in self"),
+    ((3, 4), 0, RuntimeError, "index -1 is out of bounds for dimension 0 with size 3"),
+    ((3, 4), -1, RuntimeError, "index -1 is out of bounds for dimension 1 with size 4"),
+    ((4, 3, 2), 1, IndexError, "index out of range in self")])
+def test_index_add_out_of_range_raises_torchs_error(shape, dim, error, text):
+    """torch's CPU index_add: scatter_add_ (RuntimeError) along the first or last of 2+ dims with int64 ids and
+    alpha 1, else its own loop over the ids (IndexError)."""
+    source = list(shape)
+    source[dim] = 1
+    with pytest.raises(error, match=re.escape(text)):
+        gpugrad.zeros(*shape).index_add(dim, gpugrad.tensor([-1]), gpugrad.ones(*source))
+
+
+def test_index_add_into_an_empty_input_checks_no_id():
+    """torch checks nothing when the input is empty: the result is empty and the source's gradient 0."""
+    s = gpugrad.ones(1, 3, requires_grad=True)
+    y = gpugrad.zeros(0, 3).index_add(0, gpugrad.tensor([1]), s)
+    assert tuple(y.shape) == (0, 3)
+    y.sum().backward()
+    assert s.grad.tolist() == [[0.0, 0.0, 0.0]]
+
+
+def test_slogdet_sign_alone_gives_no_gradient():
+    """torch's slogdet backward ignores the sign's gradient: through the sign alone A.grad stays None; through the
+    log |det| it is A^-T (here A = 2 I: I / 2, times the loss's factor)."""
+    for create_graph in (False, True):
+        a = (gpugrad.eye(2, dtype=gpugrad.float64) * 2).requires_grad_(True)
+        sign, logabs = gpugrad.linalg.slogdet(a)
+        (sign * 3).backward(create_graph=create_graph)
+        assert a.grad is None
+        (logabs * 3).backward(create_graph=create_graph)
+        np.testing.assert_allclose(a.grad.detach().numpy(), 1.5 * np.eye(2))
+
+
+def test_layer_norm_create_graph_weight_and_bias_gradients_require_grad():
+    """torch's one backward op has the weight among its inputs: gw and gb require grad, with no gradient of their own
+    for the weight or bias (None), while x's second derivative is defined."""
+    x = gpugrad.tensor([[1.0, 2.0, 4.0], [0.0, -1.0, 3.0]], dtype=gpugrad.float64)
+    w = gpugrad.tensor([1.0, 2.0, 3.0], dtype=gpugrad.float64, requires_grad=True)
+    b = gpugrad.tensor([0.5, 0.0, 1.0], dtype=gpugrad.float64, requires_grad=True)
+    y = F.layer_norm(x, (3,), w, b)
+    gw, gb = grad((y * gpugrad.tensor([1.0, 2.0, 3.0], dtype=gpugrad.float64)).sum(), (w, b), create_graph=True)
+    assert gw.requires_grad and gb.requires_grad
+    np.testing.assert_allclose(gb.detach().numpy(), [2.0, 4.0, 6.0])
+    assert grad(gw.sum() + gb.sum(), (w, b), allow_unused=True) == (None, None)
+
+
+# -- clamp with Tensor bounds: torch's JVP and its NaN values ------------------------------------------------------------
+CLAMP_X, CLAMP_LO, CLAMP_HI = [0.0, 1.0, 2.0, 3.0, 1.0, 5.0, math.nan, 1.0], [0.0, 0.0, 3.0, 1.0, 1.0, 2.0, 0.0, math.nan], \
+    [2.0, 1.0, 2.0, 3.0, 1.0, 1.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("bounds, want", [
+    ("min", [10, 1, 10, 1, 10, 1, 10, 10]),  # x's tangent only where x > min
+    ("max", [1, 100, 100, 100, 100, 100, 100, 1]),  # x's tangent only where x < max
+    ("both", [1, 1, 100, 1, 1, 100, 1, 1]),  # a bound's where x is beyond it, max's where min > max
+    ("min_plain", [0, 1, 0, 1, 0, 1, 0, 0])])
+def test_clamp_tangent_with_tensor_bounds_is_torchs_clamp_jvp(bounds, want):
+    """Tangents 1 (x), 10 (min), 100 (max): torch's clamp_jvp, which differs from the gradient's rule at ties and NaN
+    (the gradient goes to x where x == min; the tangent is min's)."""
+    fa = gpugrad.autograd.forward_ad
+    with fa.dual_level():
+        x = fa.make_dual(gpugrad.tensor(CLAMP_X, dtype=gpugrad.float64), gpugrad.full((8,), 1.0, dtype=gpugrad.float64))
+        lo = fa.make_dual(gpugrad.tensor(CLAMP_LO, dtype=gpugrad.float64),
+                          gpugrad.full((8,), 10.0, dtype=gpugrad.float64))
+        hi = fa.make_dual(gpugrad.tensor(CLAMP_HI, dtype=gpugrad.float64),
+                          gpugrad.full((8,), 100.0, dtype=gpugrad.float64))
+        kw = {"min": dict(min=lo), "max": dict(max=hi), "both": dict(min=lo, max=hi),
+              "min_plain": dict(min=gpugrad.tensor(CLAMP_LO, dtype=gpugrad.float64))}[bounds]
+        assert fa.unpack_dual(x.clamp(**kw)).tangent.tolist() == want
+
+
+def test_clamp_with_tensor_bounds_is_nan_at_nan_with_the_masks_gradient():
+    """x = NaN with max < min: the value is NaN (the bound was selected), and max still gets the gradient (torch's
+    clamp_backward_min_max: max where x > max or max < min); -0.0 keeps its sign."""
+    x, lo, hi = (gpugrad.tensor(v, dtype=gpugrad.float64, requires_grad=True) for v in (
+        [math.nan, math.nan, 1.0, 1.0, 0.5, -0.0], [1.0, 0.0, math.nan, 2.0, 0.0, -1.0], [0.0, 1.0, 2.0, math.nan, 1.0, 1.0]))
+    y = x.clamp(min=lo, max=hi)
+    y.backward(gpugrad.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], dtype=gpugrad.float64))
+    assert str(y.detach().numpy().tolist()) == "[nan, nan, nan, nan, 0.5, -0.0]"
+    assert x.grad.tolist() == [0, 0, 0, 0, 5, 6] and lo.grad.tolist() == [0] * 6 and hi.grad.tolist() == [1, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_view_of_a_dual_sees_its_tangent_replaced_by_an_in_place_write(requires_grad):
+    """v = d.moveaxis(1, 0) of a dual d: after d.copy_(y) (y without a tangent) d's tangent is 0, and so is v's, a
+    view of it (torch's); the write rebinds d's tangent where ops may have recorded the old one (requires_grad), and
+    v's tangent used to stay the old one."""
+    fa = gpugrad.autograd.forward_ad
+    rng = np.random.default_rng(5)
+    with fa.dual_level():
+        d = fa.make_dual(gpugrad.tensor(rng.standard_normal((4, 3, 2)), requires_grad=requires_grad) * 1,
+                         gpugrad.tensor(rng.standard_normal((4, 3, 2))))
+        v = d.moveaxis(1, 0)
+        with gpugrad.no_grad() if not requires_grad else contextlib.nullcontext():
+            d.copy_(gpugrad.tensor(rng.standard_normal((4, 3, 2))))
+        assert not fa.unpack_dual(d).tangent.detach().numpy().any()
+        assert not fa.unpack_dual(v).tangent.detach().numpy().any()
+        d.mul_(fa.make_dual(gpugrad.tensor(2.0, dtype=gpugrad.float64), gpugrad.tensor(1.0, dtype=gpugrad.float64)))
+        np.testing.assert_array_equal(fa.unpack_dual(v).tangent.detach().numpy(), np.moveaxis(d.detach().numpy() / 2,
+                                                                                               1, 0))
+
+
+@pytest.mark.filterwarnings("ignore:reduction")
+@pytest.mark.parametrize("reduction, n", [("sum", 1), ("mean", 2)])
+def test_kl_div_target_gradient_is_finite_for_positive_targets(reduction, n):
+    """d/dt of t log t - t x is log t + 1 - x (torch's): the NaN branch for t < 0 used to be t * NaN, whose gradient
+    (0 * NaN) made every target's gradient NaN."""
+    x = gpugrad.tensor([0.1, -0.3], dtype=gpugrad.float64, requires_grad=True)
+    t = gpugrad.tensor([0.0042, 0.5], dtype=gpugrad.float64, requires_grad=True)
+    F.kl_div(x, t, reduction=reduction).backward()
+    np.testing.assert_allclose(t.grad.numpy(), (np.log([0.0042, 0.5]) + 1 - np.array([0.1, -0.3])) / n, rtol=1e-14)
+    np.testing.assert_allclose(x.grad.numpy(), -np.array([0.0042, 0.5]) / n, rtol=1e-14)
+
+
+@pytest.mark.parametrize("p, dim, where", [(-1, None, "an empty tensor because"), (-2, 1, "the dimension 1because"),
+                                           (math.inf, -2, "the dimension -2because"), (-math.inf, None, "an empty")])
+def test_norm_without_an_identity_over_an_empty_dim_raises(p, dim, where):
+    """A negative or infinite order over an empty dim has no identity: torch's error (its wording, typo and all);
+    orders >= 0 give 0, as torch."""
+    with pytest.raises(RuntimeError, match=re.escape(f"linalg.vector_norm cannot compute the {p:g} norm on {where}")):
+        gpugrad.zeros(2, 0, 3).norm(p, dim)
+    assert gpugrad.zeros(2, 0, 3).norm(2, 1).tolist() == [[0.0] * 3] * 2
+
+
+def test_index_put_of_a_tensor_into_its_own_memory_raises():
+    """x[mask] = x[:2] reads what it writes: torch refuses (but fills one value through masked_fill)."""
+    x = gpugrad.ones(4)
+    mask = gpugrad.tensor([True, False, True, False])
+    with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor refer to a "
+                                           "single memory location"):
+        x[mask] = x[:2]
+    with pytest.raises(RuntimeError, match="single memory location"):
+        x[gpugrad.tensor([0, 1])] = x[2:]
+    x[mask] = x[1:2] * 3
+    x[mask] = x[:1]
+    assert x.tolist() == [3.0, 1.0, 3.0, 1.0]

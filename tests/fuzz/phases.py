@@ -329,7 +329,8 @@ def fd_tangent(p, var, float32=False):
     unsafe = [f for f in FD_UNSAFE if f != "float32" or not float32]
     if any(f in p.features for f in unsafe) or not p.duals:
         return None
-    shift = {d: d.init for d in p.duals}
+    shift = {d: np.asarray(d.init, np.float64) if float32 else d.init for d in p.duals}  # float64: a float32 dual
+    # plus a float64 shift replays in float64 (steps of 1e-6 in float32 would leave ~1% of the derivative)
 
     consts = _constants(p, ("detach",))  # forward mode differentiates through no_grad, not through detach
 

@@ -89,7 +89,9 @@ TESTING = ("testing",)  # test tooling: the CUDA emulator, the NVRTC check, the 
 # library 15790 -> 15920 (issues 20 and 21, +127): torch's CPU values of arange / linspace / logspace with an exactly
 # rounded fused multiply-add (backend/ranges.py, ~110); the fuzzer's findings in cat, masked setitem, prod and the
 # forward-mode Jacobian of an empty input.
-BUDGETS = {"library": 15920, "tooling": 2995, "testing": 2115}
+# library 15920 -> 16050 (issues 20 and 21, +126): fuzzer findings (seeds 4201-4204): aminmax as one node, hooks of an
+# output whose sibling is captured, clamp's tangent with Tensor bounds, torch's index checks, a dual view's tangent.
+BUDGETS = {"library": 16050, "tooling": 2995, "testing": 2115}
 
 
 def code_lines(path: Path) -> int:

@@ -187,8 +187,11 @@ def elu_fwd(xp, x, alpha):
 
 
 def elu_bwd(xp, x, g, alpha):
+    # torch's branches: x <= 0 takes alpha e^x (so NaN takes g). e^x clamped by a select, not minimum(x, 0): on
+    # Tensors (the double backward) a select has derivative 0 at x = 0, where minimum's tie takes half, and torch's
+    # elu_double_backward masks by x < 0
     with _quiet(xp):
-        return xp.where(x > 0, g, g * alpha * xp.exp(xp.minimum(x, 0)))
+        return xp.where(x <= 0, g * alpha * xp.exp(xp.where(x < 0, x, 0.0)), g)
 
 
 def sin_fwd(xp, x):
