@@ -220,7 +220,7 @@ def test_logsumexp_input_changed_in_place_is_caught():  # torch saves the input:
         y.backward()
 
 
-# -- 5. autograd.grad w.r.t. an intermediate leaves the graph below it alive --------------------------------------------
+# -- 5. autograd.grad w.r.t. an intermediate leaves the graph below it alive -------------------------------------------
 def test_grad_wrt_intermediate_keeps_its_grad_fn():
     x = leaf([1.0, 2.0])
     h = x.exp()
@@ -403,7 +403,7 @@ def test_private_copy_keeps_double_backward():
     np.testing.assert_allclose(hvp(True), want, rtol=1e-12)
 
 
-# -- 9. in-place ops on expand() views ----------------------------------------------------------------------------------
+# -- 9. in-place ops on expand() views ---------------------------------------------------------------------------------
 def _expand_inplace(lib, make):
     x = make([1.0, 2.0, 3.0])
     base = x * 1
@@ -473,7 +473,7 @@ def test_leaf_hook_handle_removes_and_survives_graphs():
 
 
 
-# -- forward-mode jacobian of an empty input: no directions to stack ----------------------------------------------------
+# -- forward-mode jacobian of an empty input: no directions to stack ---------------------------------------------------
 @pytest.mark.filterwarnings("ignore:var")  # the variance of nothing: NaN, with a warning
 @pytest.mark.parametrize("f, shape", [(lambda v: v.var(None, correction=0).neg(), (0,)), (lambda v: v.sum() * 2, (0,)),
                                       (lambda v: (v * 3).exp(), (0, 0))])
@@ -486,7 +486,7 @@ def test_forward_mode_jacobian_of_an_empty_input(f, shape):
     assert tuple(j.shape) == shape and j.dtype == gpugrad.float32
 
 
-# -- an op over x and its detached alias: each operand's saved value stays its own --------------------------------------
+# -- an op over x and its detached alias: each operand's saved value stays its own -------------------------------------
 @pytest.mark.parametrize("alias", ["detach", "data"])
 def test_second_derivative_through_an_op_of_x_and_its_detached_alias(torch, alias):
     """x.detach() / x saves both operands, which share x's memory: binding each saved value to its own operand keeps
@@ -504,7 +504,7 @@ def test_second_derivative_through_an_op_of_x_and_its_detached_alias(torch, alia
     np.testing.assert_allclose(got[0], got[1])
 
 
-# -- a vectorized create_graph Jacobian through a select requires grad ----------------------------------------------------
+# -- a vectorized create_graph Jacobian through a select requires grad -------------------------------------------------
 @pytest.mark.parametrize("which", ["jacobian", "hessian"])
 def test_vectorized_create_graph_jacobian_through_relu_requires_grad(which):
     """relu's VJP reads x only through x > 0, so J = d relu(x) * 2 / dx = diag(2 [x > 0]) has derivative 0 in x, but
@@ -521,10 +521,11 @@ def test_vectorized_create_graph_jacobian_through_relu_requires_grad(which):
     np.testing.assert_array_equal(gx.numpy(), [0.0, 0.0, 0.0])
 
 
-# -- functional.jvp of a variance without degrees of freedom -------------------------------------------------------------
+# -- functional.jvp of a variance without degrees of freedom -----------------------------------------------------------
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf and 0 * inf in the tangent, as the values say
 @pytest.mark.parametrize("x, correction, t, want", [
-    ([0.0, 2.0], 2, [1.0, 1.0], math.inf), ([0.0, 2.0], 2, [1.0, -1.0], math.nan), ([0.0, 2.0], 3, [1.0, 0.0], math.nan),
+    ([0.0, 2.0], 2, [1.0, 1.0], math.inf), ([0.0, 2.0], 2, [1.0, -1.0], math.nan),
+    ([0.0, 2.0], 3, [1.0, 0.0], math.nan),
     ([0.0, 2.0], 3, [1.0, 1.0], math.inf), ([1.0, 1.0], 2, [1.0, 1.0], math.nan), ([3.0], 1, [1.0], math.nan)])
 def test_jvp_of_var_without_degrees_of_freedom(x, correction, t, want):
     """Over all elements with n <= correction, torch's var_backward is gy * (inf where x is off its mean, NaN where on
@@ -562,7 +563,7 @@ def test_forward_mode_var_over_an_axis_without_degrees_of_freedom(x, t, want):
         np.testing.assert_equal(fa.unpack_dual(d.var(dim=0, correction=2)).tangent.item(), want)
 
 
-# -- elu at 0 and at NaN: torch's branches ------------------------------------------------------------------------------
+# -- elu at 0 and at NaN: torch's branches -----------------------------------------------------------------------------
 @pytest.mark.parametrize("alpha", [0.5, 1.0, 2.0])
 def test_elu_derivatives_at_zero_and_nan(alpha):
     """torch's elu_backward takes alpha e^x where x <= 0 (so f'(0) = alpha, and NaN takes the other branch: gy), and
@@ -591,7 +592,7 @@ def test_bias_act_of_a_vector_differentiates_twice():
     np.testing.assert_allclose(hb.numpy(), w.numpy() * s * (1 - s) * (1 - 2 * s))
 
 
-# -- an output's hook runs when a sibling output is captured --------------------------------------------------------------
+# -- an output's hook runs when a sibling output is captured -----------------------------------------------------------
 @pytest.mark.parametrize("how", ["grad", "backward_inputs"])
 def test_hook_on_a_sibling_output_runs_when_one_output_is_captured(how):
     """a, b = x.unbind(): torch captures a's gradient at the input of UnbindBackward0 once all its inputs are in, so
@@ -642,7 +643,7 @@ def test_aminmax_is_one_node_with_two_outputs(torch):
     assert tmn.grad_fn.name() == "AminmaxBackward0"
 
 
-# -- advanced indexing: torch's order of checks ---------------------------------------------------------------------------
+# -- advanced indexing: torch's order of checks ------------------------------------------------------------------------
 def test_index_put_checks_the_leaf_then_the_index_shapes_then_the_dtypes():
     """torch's x[i, j] = v: a leaf that requires grad refuses first, then index tensors that do not broadcast
     (IndexError, torch's words), then a value of another dtype; reading x[i, j] gives the same IndexError."""
@@ -711,9 +712,10 @@ def test_layer_norm_create_graph_weight_and_bias_gradients_require_grad():
     assert grad(gw.sum() + gb.sum(), (w, b), allow_unused=True) == (None, None)
 
 
-# -- clamp with Tensor bounds: torch's JVP and its NaN values ------------------------------------------------------------
-CLAMP_X, CLAMP_LO, CLAMP_HI = [0.0, 1.0, 2.0, 3.0, 1.0, 5.0, math.nan, 1.0], [0.0, 0.0, 3.0, 1.0, 1.0, 2.0, 0.0, math.nan], \
-    [2.0, 1.0, 2.0, 3.0, 1.0, 1.0, 1.0, 2.0]
+# -- clamp with Tensor bounds: torch's JVP and its NaN values ----------------------------------------------------------
+CLAMP_X = [0.0, 1.0, 2.0, 3.0, 1.0, 5.0, math.nan, 1.0]
+CLAMP_LO = [0.0, 0.0, 3.0, 1.0, 1.0, 2.0, 0.0, math.nan]
+CLAMP_HI = [2.0, 1.0, 2.0, 3.0, 1.0, 1.0, 1.0, 2.0]
 
 
 @pytest.mark.parametrize("bounds, want", [
@@ -740,11 +742,13 @@ def test_clamp_with_tensor_bounds_is_nan_at_nan_with_the_masks_gradient():
     """x = NaN with max < min: the value is NaN (the bound was selected), and max still gets the gradient (torch's
     clamp_backward_min_max: max where x > max or max < min); -0.0 keeps its sign."""
     x, lo, hi = (gpugrad.tensor(v, dtype=gpugrad.float64, requires_grad=True) for v in (
-        [math.nan, math.nan, 1.0, 1.0, 0.5, -0.0], [1.0, 0.0, math.nan, 2.0, 0.0, -1.0], [0.0, 1.0, 2.0, math.nan, 1.0, 1.0]))
+        [math.nan, math.nan, 1.0, 1.0, 0.5, -0.0], [1.0, 0.0, math.nan, 2.0, 0.0, -1.0],
+        [0.0, 1.0, 2.0, math.nan, 1.0, 1.0]))
     y = x.clamp(min=lo, max=hi)
     y.backward(gpugrad.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], dtype=gpugrad.float64))
     assert str(y.detach().numpy().tolist()) == "[nan, nan, nan, nan, 0.5, -0.0]"
-    assert x.grad.tolist() == [0, 0, 0, 0, 5, 6] and lo.grad.tolist() == [0] * 6 and hi.grad.tolist() == [1, 0, 0, 0, 0, 0]
+    assert x.grad.tolist() == [0, 0, 0, 0, 5, 6] and lo.grad.tolist() == [0] * 6
+    assert hi.grad.tolist() == [1, 0, 0, 0, 0, 0]
 
 
 @pytest.mark.parametrize("requires_grad", [False, True])

@@ -179,8 +179,9 @@ def test_gradient_of_dets_tangent_is_the_closed_forms(torch):
 
 def test_gradient_of_logdets_tangent_is_the_closed_form(torch):
     """Reverse over forward through logdet: the tangent along T is tr(A^-1 T), whose gradient is -(A^-1 T A^-1)^T
-    (checked by float64 finite differences too). A deliberate difference: torch 2.13's tangent of logdet has no graph
-    back to A, so its backward raises (found by the fuzzer inside gelu(logdet(A)))."""
+    (checked by float64 finite differences too), which is also the tangent of the gradient A^-T (forward over
+    reverse). A deliberate difference: torch 2.13's tangent of logdet has no graph back to A, so its backward raises
+    (found by the fuzzer inside gelu(logdet(A))), and the tangent of its gradient is None."""
     rng = np.random.default_rng(4)
     a, t = rng.standard_normal((3, 3)), rng.standard_normal((3, 3))
     a = a @ a.T + 3 * np.eye(3)
@@ -201,6 +202,13 @@ def test_gradient_of_logdets_tangent_is_the_closed_form(torch):
     with torch.autograd.forward_ad.dual_level(), pytest.raises(RuntimeError, match="does not require grad"):
         fwd = torch.autograd.forward_ad
         fwd.unpack_dual(torch.logdet(fwd.make_dual(ta, torch.tensor(t)))).tangent.backward()
+    # forward over reverse: the tangent of the gradient A^-T along T is the same matrix (torch's is None)
+    for logabs in (gpugrad.logdet, lambda m: gpugrad.linalg.slogdet(m)[1]):
+        with fa.dual_level():
+            d = fa.make_dual(gpugrad.tensor(a, requires_grad=True), gpugrad.tensor(t))
+            (g,) = gpugrad.autograd.grad(logabs(d), [d])
+            np.testing.assert_allclose(g.numpy(), inv.T, rtol=1e-12)
+            np.testing.assert_allclose(fa.unpack_dual(g).tangent.numpy(), want, rtol=1e-10, atol=1e-12)
 
 
 def test_det_gradient_at_a_singular_matrix_is_its_cofactor_matrix():
