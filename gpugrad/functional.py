@@ -607,8 +607,12 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     be = input._backend
     if dim is not None and any(n == 0 for d, n in enumerate(input.shape) if d != _axis(input, dim, "unique")):
         raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
-    out = be.xp.unique(input._data if dim is not None else input._data.reshape(-1), return_inverse=return_inverse,
-                       return_counts=return_counts, axis=None if dim is None else _axis(input, dim, "unique"))
+    if dim is None:  # every NaN its own value, as torch's (NumPy and CuPy merge them by default)
+        out = be.xp.unique(input._data.reshape(-1), return_inverse=return_inverse, return_counts=return_counts,
+                           equal_nan=False)
+    else:
+        out = be.xp.unique(input._data, return_inverse=return_inverse, return_counts=return_counts,
+                           axis=_axis(input, dim, "unique"))
     if not (return_inverse or return_counts):
         return _make(be.as_array(out), be)
     out = [_make(be.as_array(a), be) for a in out]

@@ -805,3 +805,13 @@ def test_index_put_of_a_tensor_into_its_own_memory_raises():
     x[mask] = x[1:2] * 3
     x[mask] = x[:1]
     assert x.tolist() == [3.0, 1.0, 3.0, 1.0]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_unique_keeps_every_nan(device):
+    """torch's unique: NaN != NaN, so each NaN is its own value (sorted last, count 1); NumPy and CuPy merge them by
+    default (the fuzzer: 12 NaNs gave 1)."""
+    x = gpugrad.tensor([math.nan, 1.0, math.nan, 1.0, 0.5], device=device)
+    values, inverse, counts = gpugrad.unique(x, return_inverse=True, return_counts=True)
+    assert str(values.cpu().tolist()) == "[0.5, 1.0, nan, nan]"
+    assert inverse.cpu().tolist() == [2, 1, 3, 1, 0] and counts.cpu().tolist() == [1, 2, 1, 1]
