@@ -39,6 +39,14 @@ def shares_memory(a, b):
     return root_array(a._data) is root_array(b._data)
 
 
+def may_overlap(a, b):
+    """Whether two tensors' memory ranges may overlap (views of one base may not: shares_memory says they share it);
+    False for vmap's batched tensors, whose values are not read."""
+    be = a._backend
+    return isinstance(a._data, be.array_type) and isinstance(b._data, be.array_type) and bool(
+        be.xp.may_share_memory(a._data, b._data))
+
+
 def overlaps(array):
     """Whether elements of ``array`` share memory (a stride 0 along an axis of more than one element: an expand)."""
     return array.size > 1 and any(st == 0 and n > 1 for st, n in zip(array.strides, array.shape))

@@ -8,7 +8,7 @@ from gpugrad.core.forward_state import STATE as FORWARD
 from gpugrad.core.grad_mode import STATE, no_grad
 from gpugrad.core.op import named
 from gpugrad.core.tensor import TensorBase, as_operand, make, new, on_own_device
-from gpugrad.core.views import before_write, check_fits, check_overlap, fresh, rebase, write_through
+from gpugrad.core.views import before_write, check_fits, check_overlap, fresh, may_overlap, rebase, write_through
 from gpugrad.dtypes import can_cast, scalar_type_name
 from gpugrad.ops.arith import Where
 from gpugrad.ops.convert import IndexPlace, Overwrite
@@ -130,7 +130,7 @@ class InplaceMethods:
             return
         self._check_inplace("__setitem__", (value,))  # torch's order: a leaf's write, the index, then the dtypes
         one_value = isinstance(value, TensorBase) and value.numel() == 1 and one_mask_key(key)  # masked_fill's
-        if isinstance(value, TensorBase) and not one_value and value.numel() and _share(self, value):
+        if isinstance(value, TensorBase) and not one_value and value.numel() and may_overlap(self, value):
             raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor "
                                "refer to a single memory location. Please clone() the tensor before performing the "
                                f"operation. (x[index] = value: the value of shape {tuple(value.shape)} is x's memory)")
@@ -142,13 +142,6 @@ class InplaceMethods:
                                f"{scalar_type_name(self.dtype)} for the destination and "
                                f"{scalar_type_name(value.dtype)} for the source.")
         self._inplace("__setitem__", lambda: _index_put(self, key, value), (value,))
-
-
-def _share(a, b):
-    """Whether two tensors' memory may overlap (False for vmap's batched tensors, whose values are not read)."""
-    be = a._backend
-    return isinstance(a._data, be.array_type) and isinstance(b._data, be.array_type) and bool(
-        be.xp.may_share_memory(a._data, b._data))
 
 
 @on_own_device
